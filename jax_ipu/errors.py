@@ -1,0 +1,24 @@
+"""Exceptions jax_ipu raises to users.
+
+Every user-facing failure is one of these, so messages stay consistent and the PJRT layer can map
+them onto PJRT error codes."""
+
+
+class IpuError(Exception):
+    """Base class of every jax_ipu error."""
+
+
+class IpuConfigError(IpuError, ValueError):
+    """A flag or environment variable has an invalid value."""
+
+
+class IpuCompileError(IpuError):
+    """The program cannot run on the chosen IPU (dtype, op or custom call the chip lacks)."""
+
+
+class IpuOutOfMemoryError(IpuCompileError):
+    """The program does not fit in the tile memory of the chosen IPU."""
+
+
+class IpuExecuteError(IpuError):
+    """Execution was refused or failed (e.g. a program compiled with debug.allowOutOfMemory)."""
