@@ -1,0 +1,162 @@
+"""What the example scripts share: command-line options, device choice, data announcements, plots,
+the IPU Model's view of a compiled program, and the one-line summary the tests read."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import jax
+import matplotlib
+
+# Examples run headless (CI, ssh); Agg must be chosen before pyplot is imported.
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from datasets import ImageDataset  # noqa: E402
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """Options every example takes: platform, plot directory, seed."""
+    parser.add_argument(
+        "--platform",
+        choices=("ipu", "cpu"),
+        default="ipu",
+        help="JAX platform to run on; 'cpu' runs the same configuration for comparison",
+    )
+    parser.add_argument("--plot", metavar="DIR", help="save PNG figures into DIR")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+
+
+def add_image_data_args(parser: argparse.ArgumentParser) -> None:
+    """Options of the examples that train on MNIST."""
+    parser.add_argument(
+        "--dataset",
+        choices=("auto", "mnist", "digits"),
+        default="auto",
+        help="'auto': MNIST if it is cached or can be downloaded, else scikit-learn's digits "
+        "(announced); 'mnist': MNIST or fail; 'digits': scikit-learn's digits",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="MNIST cache directory (default: $JAX_IPU_MNIST_DIR or ~/.cache/jax_ipu/mnist)",
+    )
+    parser.add_argument(
+        "--no-download", action="store_true", help="use only MNIST files already in the cache"
+    )
+
+
+def device_for(platform: str) -> jax.Device:
+    """The first device of `platform`, with a hint when the IPU plugin is not installed."""
+    try:
+        return jax.devices(platform)[0]
+    except RuntimeError as err:
+        raise SystemExit(
+            f"platform {platform!r} is not available ({err}). For 'ipu', install this project "
+            "(pip install -e .) so JAX discovers the jax_ipu plugin."
+        ) from err
+
+
+def announce_dataset(data: ImageDataset) -> None:
+    """Print which data set is in use; a fallback from MNIST is printed as a warning line."""
+    if data.fallback_reason:
+        print(f"WARNING: {data.fallback_reason}; using {data.name} instead. This is NOT MNIST.")
+    print(
+        f"data: {data.name}: {len(data.train_labels)} training and "
+        f"{len(data.test_labels)} test images of {data.train_images.shape[1]} pixels"
+    )
+
+
+def data_tag(data: ImageDataset) -> str:
+    """Short name of the data set for the summary line."""
+    return "mnist" if data.is_mnist else "digits"
+
+
+def plot_curves(
+    plot_dir: str | None,
+    filename: str,
+    title: str,
+    xlabel: str,
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    ylabel: str = "",
+    logy: bool = False,
+    styles: Mapping[str, str] | None = None,
+) -> None:
+    """Save one figure of named (x, y) curves into `plot_dir`, if a directory was asked for.
+
+    `styles` maps a curve's name to a matplotlib format string (e.g. "." for a scatter)."""
+    if not plot_dir:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, (xs, ys) in curves.items():
+        ax.plot(xs, ys, (styles or {}).get(label, "-"), label=label)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, plot_dir, filename)
+
+
+def model_view(
+    compiled: jax.stages.Compiled,
+    device: jax.Device,
+    label: str,
+    plot_dir: str | None = None,
+) -> dict[str, float] | None:
+    """Print (and plot) the IPU Model's view of a compiled program; None off the ipu platform.
+
+    Returns the figures found, so examples can compare programs."""
+    if device.platform != "ipu":
+        print(f"model view of {label}: only on the ipu platform")
+        return None
+    return _view_from_jax_analyses(compiled, device, label, plot_dir)
+
+
+def _view_from_jax_analyses(
+    compiled: jax.stages.Compiled, device: jax.Device, label: str, plot_dir: str | None
+) -> dict[str, float]:
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
+    total = (
+        mem.argument_size_in_bytes
+        + mem.output_size_in_bytes
+        + mem.temp_size_in_bytes
+        + mem.generated_code_size_in_bytes
+        - mem.alias_size_in_bytes
+    )
+    tiles = int(getattr(device, "num_tiles", 0)) or None
+    figures = {"total_bytes": float(total), "flops": float(cost.get("flops", 0.0))}
+    print(f"model view of {label} (from memory_analysis and cost_analysis):")
+    print(
+        f"  memory: {total / MIB:.2f} MiB (arguments {mem.argument_size_in_bytes / MIB:.2f}, "
+        f"outputs {mem.output_size_in_bytes / MIB:.2f}, temporaries "
+        f"{mem.temp_size_in_bytes / MIB:.2f}, code {mem.generated_code_size_in_bytes / MIB:.2f})"
+    )
+    if tiles:
+        print(f"  average per tile over {tiles} tiles: {total / tiles / KIB:.1f} KiB")
+    print(f"  cost: {figures['flops'] / 1e6:.2f} MFLOP")
+    del plot_dir  # per-tile figures need the model's report
+    return figures
+
+
+def summary(example: str, **figures: object) -> None:
+    """The final line of every example: `summary: NAME key=value ...`, read by the tests."""
+    parts = " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
+    )
+    print(f"summary: {example} {parts}")
+
+
+def _save(fig: plt.Figure, plot_dir: str, filename: str) -> None:
+    os.makedirs(plot_dir, exist_ok=True)
+    path = Path(plot_dir) / filename
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"saved {path}")
