@@ -1,0 +1,391 @@
+"""Read a StableHLO module (portable artifact, MLIR bytecode or text) into the model's IR.
+
+Uses jaxlib's own MLIR bindings; private func.call callees are inlined into the caller."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections import ChainMap
+from typing import Any
+
+from jaxlib.mlir import ir
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+from jax_ipu.errors import IpuCompileError
+from jax_ipu.model.ir import Op, Program, Region, SourceLocation, TensorType
+
+logger = logging.getLogger(__name__)
+
+_PORTABLE_MAGIC = b"ML\xefR"
+
+_MLIR_DTYPES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool",
+    "i2": "int2", "i4": "int4", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "ui2": "uint2", "ui4": "uint4", "ui8": "uint8", "ui16": "uint16", "ui32": "uint32",
+    "ui64": "uint64", "complex<f32>": "complex64", "complex<f64>": "complex128",
+    "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2", "f8E4M3B11FNUZ": "float8_e4m3b11fnuz",
+    "f8E4M3FNUZ": "float8_e4m3fnuz", "f8E5M2FNUZ": "float8_e5m2fnuz", "f8E4M3": "float8_e4m3",
+    "f8E3M4": "float8_e3m4", "f8E8M0FNU": "float8_e8m0fnu", "f4E2M1FN": "float4_e2m1fn",
+    "!stablehlo.token": "token",
+}
+
+# stablehlo attributes the bindings expose as classes: (class, fields to copy)
+_STABLEHLO_ATTRS = (
+    (stablehlo.DotDimensionNumbers, ("lhs_batching_dimensions", "rhs_batching_dimensions",
+                                     "lhs_contracting_dimensions",
+                                     "rhs_contracting_dimensions")),
+    (stablehlo.ConvDimensionNumbers, ("input_batch_dimension", "input_feature_dimension",
+                                      "input_spatial_dimensions",
+                                      "kernel_input_feature_dimension",
+                                      "kernel_output_feature_dimension",
+                                      "kernel_spatial_dimensions", "output_batch_dimension",
+                                      "output_feature_dimension",
+                                      "output_spatial_dimensions")),
+    (stablehlo.GatherDimensionNumbers, ("offset_dims", "collapsed_slice_dims",
+                                        "operand_batching_dims", "start_indices_batching_dims",
+                                        "start_index_map", "index_vector_dim")),
+    (stablehlo.ScatterDimensionNumbers, ("update_window_dims", "inserted_window_dims",
+                                         "input_batching_dims",
+                                         "scatter_indices_batching_dims",
+                                         "scattered_dims_to_operand_dims", "index_vector_dim")),
+)
+_STABLEHLO_ENUMS = (stablehlo.ComparisonDirectionAttr, stablehlo.ComparisonTypeAttr,
+                    stablehlo.PrecisionAttr, stablehlo.FftTypeAttr, stablehlo.TransposeAttr,
+                    stablehlo.RngDistributionAttr, stablehlo.RngAlgorithmAttr)
+_MAX_ATTR_TEXT = 200
+
+
+def _package_dirs(*names: str) -> tuple[str, ...]:
+    dirs = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append(os.path.realpath(d) + os.sep)
+    return tuple(dirs)
+
+
+# Frames inside these are JAX's, not the user's.
+_LIBRARY_DIRS = _package_dirs("jax", "jaxlib")
+
+
+def _context() -> ir.Context:
+    ctx = ir.Context()
+    # func, arith and the other upstream dialects JAX itself registers, for MLIR text input.
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    sdy.register_dialect(ctx)
+    # Modules may carry dialects we do not register (e.g. mhlo attributes): keep them opaque.
+    ctx.allow_unregistered_dialects = True
+    return ctx
+
+
+def _parse_module(code: bytes | str, ctx: ir.Context) -> ir.Module:
+    if isinstance(code, str):
+        code = code.encode()
+    if code.startswith(_PORTABLE_MAGIC) and b"StableHLO_v" in code[:32]:
+        return stablehlo.deserialize_portable_artifact(ctx, code)
+    return ir.Module.parse(code, ctx)
+
+
+def tensor_type(t: ir.Type) -> TensorType:
+    """The model's TensorType for an MLIR type (non-tensor types become shapeless)."""
+    if isinstance(t, ir.RankedTensorType):
+        shape = tuple(-1 if ir.ShapedType.is_dynamic_size(d) else d for d in t.shape)
+        elem = str(t.element_type)
+    else:
+        shape, elem = (), str(t)
+    return TensorType(shape, _MLIR_DTYPES.get(elem, elem))
+
+
+def _attr_to_py(attr: ir.Attribute) -> Any:
+    for cls, fields in _STABLEHLO_ATTRS:
+        if cls.isinstance(attr):
+            typed = cls(attr)
+            return {f: getattr(typed, f) for f in fields}
+    for cls in _STABLEHLO_ENUMS:
+        if cls.isinstance(attr):
+            return cls(attr).value
+    if isinstance(attr, ir.BoolAttr | ir.IntegerAttr | ir.FloatAttr | ir.StringAttr
+                  | ir.FlatSymbolRefAttr):
+        return attr.value
+    if isinstance(attr, ir.DenseI64ArrayAttr | ir.DenseI32ArrayAttr | ir.DenseBoolArrayAttr):
+        return list(attr)
+    if isinstance(attr, ir.ArrayAttr):
+        return [_attr_to_py(a) for a in attr]
+    if isinstance(attr, ir.DictAttr):
+        return {a.name: _attr_to_py(a.attr) for a in attr}
+    if isinstance(attr, ir.DenseElementsAttr):
+        return _dense_to_py(attr)
+    text = str(attr)
+    return text if len(text) <= _MAX_ATTR_TEXT else text[:_MAX_ATTR_TEXT] + "..."
+
+
+def _dense_to_py(attr: ir.DenseElementsAttr) -> Any:
+    """Scalars and splats as a Python number; small arrays as nested lists; big ones as None."""
+    if attr.is_splat:
+        return _attr_to_py(attr.get_splat_value())
+    if ir.ShapedType(attr.type).rank and len(attr) <= 64:
+        try:
+            import numpy as np
+
+            return np.array(attr).tolist()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    return None
+
+
+def _frames(loc: ir.Location) -> tuple[str | None, list[tuple[str, int, str | None]]]:
+    """(name-stack scope, frames innermost first) of a jax location."""
+    scope: str | None = None
+    frames: list[tuple[str, int, str | None]] = []
+
+    def visit(loc: ir.Location) -> None:
+        nonlocal scope
+        if isinstance(loc, ir.NameLoc):
+            child = loc.child_loc
+            if isinstance(child, ir.FileLineColLoc):
+                frames.append((child.filename, child.start_line, loc.name_str))
+                return
+            if scope is None and not loc.name_str.endswith(":"):
+                scope = loc.name_str
+            visit(child)
+        elif isinstance(loc, ir.CallSiteLoc):
+            visit(loc.callee)
+            visit(loc.caller)
+        elif isinstance(loc, ir.FileLineColLoc):
+            frames.append((loc.filename, loc.start_line, None))
+        elif isinstance(loc, ir.FusedLoc):
+            for sub in loc.locations:
+                visit(sub)
+
+    visit(loc)
+    return scope, frames
+
+
+def source_location(loc: ir.Location) -> SourceLocation:
+    """The innermost user frame (not inside jax or jaxlib) of an MLIR location."""
+    scope, frames = _frames(loc)
+    user = [f for f in frames if not os.path.realpath(f[0]).startswith(_LIBRARY_DIRS)]
+    if user:
+        file, line, function = user[0]
+    elif frames:
+        file, line, function = frames[-1]
+    else:
+        return SourceLocation(scope=scope)
+    return SourceLocation(file=file, line=line, function=function, scope=scope)
+
+
+class _Reader:
+    """Walks one module, numbering values, inlining private calls."""
+
+    def __init__(self, module: ir.Module) -> None:
+        self.funcs = {}
+        for op in module.body.operations:
+            if op.operation.name == "func.func":
+                self.funcs[op.attributes["sym_name"].value] = op
+        self.next_id = 0
+        self.constants: dict[int, Any] = {}
+        self.call_depth = 0
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def entry(self) -> ir.Operation:
+        if "main" in self.funcs:
+            return self.funcs["main"]
+        for f in self.funcs.values():
+            vis = f.attributes["sym_visibility"].value if "sym_visibility" in f.attributes else ""
+            if vis != "private":
+                return f
+        raise IpuCompileError("the StableHLO module has no public entry function")
+
+    def block(self, block: ir.Block, env: ChainMap, outer: SourceLocation | None
+              ) -> tuple[list[Op], tuple[int, ...]]:
+        """Ops of a block and the value ids its terminator returns."""
+        ops: list[Op] = []
+        returned: tuple[int, ...] = ()
+        for mop in block.operations:
+            op = mop.operation
+            if op.name in ("func.return", "stablehlo.return"):
+                returned = tuple(self.lookup(env, v) for v in op.operands)
+            elif op.name == "func.call" and self.inline_call(op, env, ops, outer):
+                continue
+            else:
+                ops.append(self.op(op, env, outer))
+        return ops, returned
+
+    def lookup(self, env: ChainMap, value: ir.Value) -> int:
+        if value not in env:
+            # A value from outside what we walked (should not happen): give it a fresh id.
+            env[value] = self.new_id()
+        return env[value]
+
+    def inline_call(self, op: ir.Operation, env: ChainMap, ops: list[Op],
+                    outer: SourceLocation | None) -> bool:
+        callee = self.funcs.get(op.attributes["callee"].value)
+        if callee is None or self.call_depth > 64:
+            return False
+        loc = source_location(op.location)
+        inner = ChainMap({})
+        for arg, value in zip(callee.regions[0].blocks[0].arguments, op.operands, strict=False):
+            inner[arg] = self.lookup(env, value)
+        self.call_depth += 1
+        body, returned = self.block(callee.regions[0].blocks[0], inner,
+                                    loc if loc.file else outer)
+        self.call_depth -= 1
+        ops.extend(body)
+        for result, rid in zip(op.results, returned, strict=False):
+            env[result] = rid
+        return True
+
+    def op(self, op: ir.Operation, env: ChainMap, outer: SourceLocation | None) -> Op:
+        loc = source_location(op.location)
+        if loc.file is None and outer is not None:
+            loc = SourceLocation(outer.file, outer.line, outer.function, loc.scope)
+        operand_ids = tuple(self.lookup(env, v) for v in op.operands)
+        result_ids = []
+        for r in op.results:
+            env[r] = self.new_id()
+            result_ids.append(env[r])
+        attrs: dict[str, Any] = {}
+        for name in op.attributes:
+            try:
+                attrs[name] = _attr_to_py(op.attributes[name])
+            except Exception:  # an odd attribute (e.g. a complex constant) must never stop us
+                logger.debug("unreadable attribute %s on %s", name, op.name, exc_info=True)
+                attrs[name] = None
+        if op.name == "stablehlo.constant" and isinstance(attrs.get("value"), int | float):
+            self.constants[result_ids[0]] = attrs["value"]
+        regions = []
+        for region in op.regions:
+            for block in region.blocks:
+                inner = env.new_child()
+                arg_ids = []
+                for a in block.arguments:
+                    inner[a] = self.new_id()
+                    arg_ids.append(inner[a])
+                body, returned = self.block(block, inner, loc)
+                regions.append(Region(tuple(arg_ids), tuple(tensor_type(a.type)
+                                                            for a in block.arguments),
+                                      body, returned))
+        result = Op(
+            name=op.name,
+            operands=tuple(tensor_type(v.type) for v in op.operands),
+            results=tuple(tensor_type(r.type) for r in op.results),
+            operand_ids=operand_ids, result_ids=tuple(result_ids), attributes=attrs,
+            location=loc, regions=regions)
+        if op.name == "stablehlo.while":
+            result.trip_count = self.trip_count(result)
+        return result
+
+    def trip_count(self, loop: Op) -> int | None:
+        """Static trips of a counted while: cond `i < limit`, body `i + step`, constants."""
+        if len(loop.regions) != 2:
+            return None
+        cond, body = loop.regions
+        if len(cond.ops) < 1 or len(cond.result_ids) != 1:
+            return None
+        defs = {rid: o for o in cond.ops for rid in o.result_ids}
+        compare = defs.get(cond.result_ids[0])
+        if compare is None or compare.kind != "compare" or len(compare.operand_ids) != 2:
+            return None
+        direction = compare.attributes.get("comparison_direction")
+        lhs, rhs = compare.operand_ids
+        if direction == "GT":
+            lhs, rhs, direction = rhs, lhs, "LT"
+        if direction != "LT" or lhs not in cond.arg_ids:
+            return None
+        k = cond.arg_ids.index(lhs)
+        start = self.invariant_constant(loop, k)
+        limit = self.constant_in(rhs, cond, loop)
+        step = self.body_step(body, k)
+        if start is None or limit is None or step is None or step <= 0:
+            return None
+        return max(0, -(-(int(limit) - int(start)) // int(step)))
+
+    def constant_in(self, vid: int, region: Region, loop: Op) -> float | None:
+        if vid in self.constants:
+            return self.constants[vid]
+        if vid in region.arg_ids:
+            return self.invariant_constant(loop, region.arg_ids.index(vid))
+        return None
+
+    def invariant_constant(self, loop: Op, k: int) -> float | None:
+        """Initial value of loop-carried value k, when it is a constant."""
+        return self.constants.get(loop.operand_ids[k]) if k < len(loop.operand_ids) else None
+
+    def body_step(self, body: Region, k: int) -> float | None:
+        if k >= len(body.result_ids) or k >= len(body.arg_ids):
+            return None
+        defs = {rid: o for o in body.ops for rid in o.result_ids}
+        update = defs.get(body.result_ids[k])
+        if update is None or update.kind != "add":
+            return None
+        arg = body.arg_ids[k]
+        others = [v for v in update.operand_ids if v != arg]
+        if len(others) != 1 or arg not in update.operand_ids:
+            return None
+        return self.constants.get(others[0])
+
+
+def read_program(code: bytes | str) -> Program:
+    """Read what PJRT's Client_Compile receives into a Program."""
+    ctx = _context()
+    with ctx, ir.Location.unknown(ctx):
+        try:
+            module = _parse_module(code, ctx)
+        except Exception as e:  # MLIR raises plain exceptions
+            raise IpuCompileError(f"cannot read the StableHLO program: {e}") from e
+        reader = _Reader(module)
+        main = reader.entry()
+        block = main.regions[0].blocks[0]
+        env: ChainMap = ChainMap({})
+        input_ids = []
+        for a in block.arguments:
+            env[a] = reader.new_id()
+            input_ids.append(env[a])
+        ops, returned = reader.block(block, env, None)
+        fn_type = ir.FunctionType(main.attributes["function_type"].value)
+        mod_attrs = module.operation.attributes
+        aliases, donors, names = _arg_info(main, block)
+        return Program(
+            name=mod_attrs["sym_name"].value if "sym_name" in mod_attrs else "main",
+            inputs=tuple(tensor_type(t) for t in fn_type.inputs),
+            outputs=tuple(tensor_type(t) for t in fn_type.results),
+            ops=ops, input_ids=tuple(input_ids), output_ids=returned,
+            input_names=names, aliases=aliases,
+            donated_inputs=frozenset(donors) | frozenset(aliases),
+            num_replicas=_int_attr(mod_attrs, "mhlo.num_replicas"),
+            num_partitions=_int_attr(mod_attrs, "mhlo.num_partitions"))
+
+
+def _int_attr(attrs: ir.OpAttributeMap, name: str) -> int | None:
+    if name not in attrs:
+        return None
+    value = _attr_to_py(attrs[name])
+    return value if isinstance(value, int) else None
+
+
+def _arg_info(main: ir.Operation, block: ir.Block
+              ) -> tuple[dict[int, int], set[int], tuple[str | None, ...]]:
+    aliases: dict[int, int] = {}
+    donors: set[int] = set()
+    if "arg_attrs" in main.attributes:
+        for i, d in enumerate(_attr_to_py(main.attributes["arg_attrs"])):
+            if not isinstance(d, dict):
+                continue
+            if isinstance(d.get("tf.aliasing_output"), int):
+                aliases[i] = d["tf.aliasing_output"]
+            if d.get("jax.buffer_donor") is True:
+                donors.add(i)
+    names = tuple(a.location.name_str if isinstance(a.location, ir.NameLoc) else None
+                  for a in block.arguments)
+    return aliases, donors, names

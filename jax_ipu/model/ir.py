@@ -1,0 +1,129 @@
+"""The small program IR the IPU Model judges: tensors, ops, source locations, programs.
+
+compiler/program.py builds it from StableHLO; model/ reads it without importing jax or MLIR."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Bits per element of every dtype name the reader can produce; sub-byte types round up when
+# stored, as the IPU addresses bytes.
+DTYPE_BITS: dict[str, int] = {
+    "bool": 8, "int2": 2, "uint2": 2, "int4": 4, "uint4": 4,
+    "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32,
+    "int64": 64, "uint64": 64,
+    "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64,
+    "complex64": 64, "complex128": 128,
+    "float8_e4m3fn": 8, "float8_e5m2": 8, "float8_e4m3b11fnuz": 8, "float8_e4m3fnuz": 8,
+    "float8_e5m2fnuz": 8, "float8_e4m3": 8, "float8_e3m4": 8, "float8_e8m0fnu": 8,
+    "float4_e2m1fn": 4, "token": 0,
+}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and dtype of one value; dtype is a numpy dtype name, or 'token'."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        """Number of elements (dynamic dimensions, stored as -1, count as 1)."""
+        n = 1
+        for d in self.shape:
+            n *= max(d, 1) if d >= 0 else 1
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element as stored on the tile (unknown dtypes count as 4 bytes)."""
+        return (DTYPE_BITS.get(self.dtype, 32) + 7) // 8
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """The user's source line an op came from, and the JAX name stack (e.g. 'jit(f)/dot')."""
+
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    scope: str | None = None
+
+    def __str__(self) -> str:
+        if self.file is None:
+            return "<unknown>"
+        where = f"{self.file}:{self.line}"
+        return f"{where} ({self.function})" if self.function else where
+
+
+@dataclass
+class Region:
+    """One region of an op (a while body, a reduce body, a case branch)."""
+
+    arg_ids: tuple[int, ...]
+    arg_types: tuple[TensorType, ...]
+    ops: list[Op]
+    result_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Op:
+    """One operation. Values are ints unique over the whole program.
+
+    func.call to private functions is inlined by the reader, so calls never appear here:
+    the callee's ops join the caller's list, keeping their own source locations."""
+
+    name: str
+    operands: tuple[TensorType, ...]
+    results: tuple[TensorType, ...]
+    operand_ids: tuple[int, ...] = ()
+    result_ids: tuple[int, ...] = ()
+    attributes: dict[str, Any] = field(default_factory=dict)
+    location: SourceLocation = field(default_factory=SourceLocation)
+    regions: list[Region] = field(default_factory=list)
+    trip_count: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """The op name without its dialect ('stablehlo.add' -> 'add')."""
+        return self.name.split(".", 1)[-1]
+
+    def walk(self):
+        """This op, then every op nested in its regions, depth first."""
+        yield self
+        for region in self.regions:
+            for op in region.ops:
+                yield from op.walk()
+
+
+@dataclass
+class Program:
+    """One jitted function: entry signature, donation, and its ops in program order."""
+
+    name: str
+    inputs: tuple[TensorType, ...]
+    outputs: tuple[TensorType, ...]
+    ops: list[Op]
+    input_ids: tuple[int, ...] = ()
+    output_ids: tuple[int, ...] = ()
+    input_names: tuple[str | None, ...] = ()
+    # input index -> output index it aliases (tf.aliasing_output)
+    aliases: dict[int, int] = field(default_factory=dict)
+    # inputs JAX may reuse for any output (jax.buffer_donor), plus the aliased ones
+    donated_inputs: frozenset[int] = frozenset()
+    num_replicas: int | None = None
+    num_partitions: int | None = None
+
+    def walk(self):
+        """Every op, nested ones included, depth first in program order."""
+        for op in self.ops:
+            yield from op.walk()
