@@ -1,0 +1,143 @@
+"""Runs each example script in a subprocess, in its small CI configuration, on the ipu platform and
+on cpu: both must reach the same accuracy or loss threshold, with the same numbers and figures."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "ipu" / "examples"
+PLATFORMS = ("ipu", "cpu")
+
+# name -> (CI arguments, {summary figure: (comparison, threshold)}, PNGs written by --plot).
+# The thresholds are what these configurations reach on cpu, with a margin.
+CASES: dict[str, tuple[list[str], dict[str, tuple[str, float]], list[str]]] = {
+    "quickstart": (
+        ["--size", "128", "--calls", "5"],
+        {"max_error": ("<", 1e-5)},
+        [],
+    ),
+    "linear_regression": (
+        ["--steps", "200"],
+        {"final_loss": ("<", 0.3), "weight_error": ("<", 0.1), "bias_error": ("<", 0.05)},
+        ["linear_regression_loss.png", "linear_regression_fit.png"],
+    ),
+    "mnist_classifier": (
+        # An empty cache and no download: the run must fall back to the digits, and say so.
+        ["--epochs", "2", "--dataset", "auto", "--no-download"],
+        {"test_accuracy": (">", 0.9), "final_loss": ("<", 0.6)},
+        ["mnist_classifier_loss.png", "mnist_classifier_accuracy.png"],
+    ),
+    "mnist_classifier_on_device_loop": (
+        ["--epochs", "2", "--dataset", "digits"],
+        {"test_accuracy": (">", 0.9), "final_loss": ("<", 0.6)},
+        ["on_device_loop_loss.png", "on_device_loop_accuracy.png"],
+    ),
+    "gnn_training": (
+        ["--steps", "100"],
+        {"test_accuracy": (">", 0.85), "train_accuracy": (">", 0.99)},
+        ["gnn_training.png"],
+    ),
+}
+
+_runs: dict[tuple[str, str], tuple[subprocess.CompletedProcess, dict[str, str], Path]] = {}
+
+
+def run_example(
+    name: str, platform: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess, dict[str, str], Path]:
+    """Run an example once per platform per session; return the process, its summary, plot dir.
+
+    Fails the calling test, with the example's stderr, when the example did not exit with 0."""
+    if (name, platform) not in _runs:
+        work = tmp_path_factory.mktemp(f"{name}-{platform}")
+        args, _, _ = CASES[name]
+        env = dict(os.environ, JAX_IPU_MNIST_DIR=str(work / "mnist-cache"))
+        proc = subprocess.run(
+            [sys.executable, str(EXAMPLES / f"{name}.py"), "--platform", platform]
+            + args
+            + ["--plot", str(work / "plots")],
+            capture_output=True,
+            text=True,
+            cwd=work,
+            env=env,
+            timeout=600,
+        )
+        _runs[name, platform] = (proc, {}, work / "plots")
+        if proc.returncode == 0:
+            _runs[name, platform] = (proc, parse_summary(proc.stdout, name), work / "plots")
+    proc = _runs[name, platform][0]
+    assert proc.returncode == 0, f"{name} on {platform} failed:\n{proc.stderr[-4000:]}"
+    return _runs[name, platform]
+
+
+def parse_summary(stdout: str, name: str) -> dict[str, str]:
+    """The key=value pairs of the example's final `summary: NAME ...` line."""
+    lines = stdout.strip().splitlines()
+    assert lines, "the example printed nothing"
+    match = re.fullmatch(rf"summary: {name} (.*)", lines[-1])
+    assert match, f"last line is not the summary: {lines[-1]!r}"
+    return dict(pair.split("=", 1) for pair in match.group(1).split())
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_example_reaches_threshold(
+    name: str, platform: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _, summary, plots = run_example(name, platform, tmp_path_factory)
+    assert summary["platform"] == platform
+    _, thresholds, pngs = CASES[name]
+    for key, (op, limit) in thresholds.items():
+        value = float(summary[key])
+        assert value < limit if op == "<" else value > limit, f"{key}={value}, wanted {op} {limit}"
+    for png in pngs:
+        assert (plots / png).stat().st_size > 1000, png
+
+
+@pytest.mark.parametrize("name", ["mnist_classifier", "mnist_classifier_on_device_loop"])
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_dataset_is_announced(
+    name: str, platform: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    proc, summary, _ = run_example(name, platform, tmp_path_factory)
+    assert summary["data"] == "digits"
+    assert "data: scikit-learn digits" in proc.stdout
+    fell_back = "--no-download" in CASES[name][0]
+    assert ("This is NOT MNIST" in proc.stdout) == fell_back
+    assert ("falling back to scikit-learn digits" in proc.stderr) == fell_back
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ipu_matches_cpu(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Numerics come from XLA:CPU on both platforms, so training follows the same trajectory.
+    ipu = run_example(name, "ipu", tmp_path_factory)[1]
+    cpu = run_example(name, "cpu", tmp_path_factory)[1]
+    for key in CASES[name][1]:
+        assert float(ipu[key]) == pytest.approx(float(cpu[key]), rel=1e-3, abs=1e-6), key
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_view(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    ipu = run_example(name, "ipu", tmp_path_factory)[0].stdout
+    cpu = run_example(name, "cpu", tmp_path_factory)[0].stdout
+    assert re.search(r"^model view of .*: only on the ipu platform$", cpu, re.M)
+    assert "only on the ipu platform" not in ipu
+    assert re.search(r"^model view of .*:$", ipu, re.M)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_help(name: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--platform" in proc.stdout and "--plot" in proc.stdout
