@@ -1,0 +1,179 @@
+"""Every jax_ipu flag and its environment variable, in one table.
+
+plugin.py registers the table with jax.config, so each flag is set by `jax.config.update(name, v)`
+or by the environment variable named as the flag in upper case (JAX_IPU_...)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jax_ipu.errors import IpuConfigError
+
+MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
+MAX_DEVICES = 64  # an IPU-POD64: the largest system the model describes
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag: its name, type, default and how a raw value is checked."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    allowed: str
+    check: Callable[[Any], bool]
+    choices: tuple[str, ...] = ()
+
+    @property
+    def env_var(self) -> str:
+        return self.name.upper()
+
+    def parse(self, raw: Any, origin: str = "") -> Any:
+        """Turn a value (or an environment string) into the flag's type, or raise a clear error."""
+        where = origin or f"jax.config.update({self.name!r}, ...)"
+        try:
+            if self.kind is bool and isinstance(raw, str):
+                low = raw.strip().lower()
+                if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError(raw)
+                value: Any = low in ("1", "true", "yes", "on")
+            elif self.kind is int and isinstance(raw, str):
+                value = int(raw.strip())
+            else:
+                value = raw
+            ok = isinstance(value, self.kind) and not (
+                self.kind is int and isinstance(value, bool)
+            ) and self.check(value)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise IpuConfigError(
+                f"Invalid value {raw!r} for {self.name} (set by {where}): allowed values are "
+                f"{self.allowed}."
+            )
+        return value
+
+
+def _visible_ok(value: str) -> bool:
+    if not value.strip():
+        return True
+    ids = [part.strip() for part in value.split(",")]
+    return all(i.isdigit() and int(i) < MAX_DEVICES for i in ids) and len(set(ids)) == len(ids)
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "jax_ipu_use_model", bool, True,
+        "Run on the IPU Model (an emulated IPU). False asks for IPU hardware, which needs "
+        "Graphcore's Poplar SDK: not available in this build.",
+        "True or False", lambda v: True,
+    ),
+    Flag(
+        "jax_ipu_model_version", str, "ipu2",
+        "The IPU the model emulates: ipu1 (GC2), ipu2 (GC200, M2000), ipu21 (Bow, C600).",
+        "'ipu1', 'ipu2' or 'ipu21'", lambda v: v in MODEL_VERSIONS, MODEL_VERSIONS,
+    ),
+    Flag(
+        "jax_ipu_model_num_tiles", int, 0,
+        "Tiles per IPU Model device; 0 means the full chip (1216 on ipu1, 1472 on ipu2/ipu21).",
+        "0 (full chip) or a whole number of tiles from 1 to the chip's tile count",
+        lambda v: v >= 0,
+    ),
+    Flag(
+        "jax_ipu_device_count", int, -1,
+        "How many IPU Model devices to create; -1 means all visible devices (one unless "
+        "jax_ipu_visible_devices lists more).",
+        f"-1 (all) or a whole number from 1 to {MAX_DEVICES}",
+        lambda v: v == -1 or 1 <= v <= MAX_DEVICES,
+    ),
+    Flag(
+        "jax_ipu_visible_devices", str, "",
+        "Comma-separated device ids to expose, e.g. '0,1'; empty means all.",
+        f"'' or distinct comma-separated ids below {MAX_DEVICES}, e.g. '0,1'",
+        _visible_ok,
+    ),
+)
+BY_NAME = {flag.name: flag for flag in FLAGS}
+
+
+def env_value(flag: Flag) -> Any:
+    """The flag's value from its environment variable, or its default."""
+    raw = os.environ.get(flag.env_var)
+    if raw is None:
+        return flag.default
+    return flag.parse(raw, origin=f"the environment variable {flag.env_var}")
+
+
+def value(name: str) -> Any:
+    """The current value of a flag: jax.config when registered there, else environment/default."""
+    import jax
+
+    flag = BY_NAME[name]
+    try:
+        return flag.parse(getattr(jax.config, name))
+    except AttributeError:
+        return env_value(flag)
+
+
+def source(name: str) -> str:
+    """Where a flag's current value comes from: 'config', 'env' or 'default'."""
+    flag = BY_NAME[name]
+    current = value(name)
+    if flag.env_var in os.environ:
+        return "env" if current == env_value(flag) else "config"
+    return "default" if current == flag.default else "config"
+
+
+# Poplar engine options, read from POPLAR_ENGINE_OPTIONS as Graphcore's SDK does.
+ENGINE_OPTIONS_VAR = "POPLAR_ENGINE_OPTIONS"
+ENGINE_OPTIONS: dict[str, str] = {
+    "debug.allowOutOfMemory": "compile programs that do not fit, so a report can be written; "
+    "executing them raises an error",
+    "autoReport.all": "write every report for each compiled program",
+    "autoReport.outputGraphProfile": "write the graph (memory) profile",
+    "autoReport.outputExecutionProfile": "write the execution (cycles) profile",
+    "autoReport.directory": "where reports are written (default ./reports)",
+    "profiler.includeFlopEstimates": "add flop estimates to the profiles",
+}
+_BOOL_ENGINE_OPTIONS = {k for k in ENGINE_OPTIONS if k != "autoReport.directory"}
+
+
+def engine_options() -> dict[str, Any]:
+    """POPLAR_ENGINE_OPTIONS as a dict of known keys; malformed JSON or unknown keys raise."""
+    import json
+
+    raw = os.environ.get(ENGINE_OPTIONS_VAR, "").strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise IpuConfigError(
+            f"{ENGINE_OPTIONS_VAR} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
+            'Example: {"autoReport.all": "true", "autoReport.directory": "./reports"}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise IpuConfigError(f"{ENGINE_OPTIONS_VAR} must be a JSON object, got {raw!r}.")
+    options: dict[str, Any] = {}
+    for key, val in parsed.items():
+        if key not in ENGINE_OPTIONS:
+            known = ", ".join(sorted(ENGINE_OPTIONS))
+            raise IpuConfigError(
+                f"Unknown option {key!r} in {ENGINE_OPTIONS_VAR}; the IPU Model understands: "
+                f"{known}."
+            )
+        if key in _BOOL_ENGINE_OPTIONS:
+            text = str(val).strip().lower()
+            if text not in ("true", "false"):
+                raise IpuConfigError(
+                    f"Option {key!r} in {ENGINE_OPTIONS_VAR} must be \"true\" or \"false\", "
+                    f"got {val!r}."
+                )
+            options[key] = text == "true"
+        else:
+            options[key] = str(val)
+    return options

@@ -1,0 +1,630 @@
+"""One small handler per PJRT slot served in Python: unpack the args, call the runtime, pack results.
+
+Runtime errors become PJRT errors with the right code; a slot with no handler answers UNIMPLEMENTED."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMemoryError
+from jax_ipu.pjrt import _table, abi
+from jax_ipu.runtime.client import IpuClient, Settings
+from jax_ipu.runtime.device import IpuDevice, IpuMemory
+from jax_ipu.runtime.dtypes import DTYPE_NAMES
+from jax_ipu.runtime.executable import IpuExecutable
+
+logger = logging.getLogger(__name__)
+
+SLOT_NAMES: tuple[str, ...] = _table.slot_names()
+Handler = Callable[[Any], None]
+_HANDLERS: list[tuple[Handler, type] | None] = [None] * len(SLOT_NAMES)
+
+# Strings, arrays and NamedValues handed to jaxlib must outlive their owner's use; they are kept
+# in the owner's `_pjrt_keep` dict (or here, for process-lifetime values).
+_FOREVER: dict[Any, Any] = {}
+
+
+def slot(name: str, layout: type) -> Callable[[Handler], Handler]:
+    """Register the handler of slot PJRT_<name>, whose args have `layout`."""
+    index = SLOT_NAMES.index("PJRT_" + name)
+
+    def register(fn: Handler) -> Handler:
+        _HANDLERS[index] = (fn, layout)
+        return fn
+
+    return register
+
+
+def _error(code: str, message: str) -> int:
+    return _table.make_error(abi.CODE[code], message)
+
+
+def _error_for(exc: BaseException) -> int:
+    if isinstance(exc, IpuOutOfMemoryError):
+        return _error("RESOURCE_EXHAUSTED", str(exc))
+    if isinstance(exc, (IpuCompileError, IpuConfigError, ValueError, TypeError)):
+        return _error("INVALID_ARGUMENT", str(exc))
+    if isinstance(exc, NotImplementedError):
+        return _error("UNIMPLEMENTED", str(exc))
+    if isinstance(exc, IpuError):
+        return _error("FAILED_PRECONDITION", str(exc))
+    logger.exception("jax_ipu: internal error")
+    return _error("INTERNAL", f"jax_ipu internal error: {type(exc).__name__}: {exc}")
+
+
+def dispatch(index: int, address: int) -> int:
+    """Entry point of every Python-served slot: 0 on success, else a PJRT_Error address."""
+    entry = _HANDLERS[index]
+    if entry is None:
+        return _error("UNIMPLEMENTED", f"{SLOT_NAMES[index]} is not implemented by jax_ipu.")
+    handler, layout = entry
+    try:
+        caller_size = ctypes.c_size_t.from_address(address).value
+        if caller_size >= layout.STRUCT_SIZE:
+            handler(layout.from_address(address))
+        else:  # an older caller: work on a zero-padded copy, write back only its bytes
+            scratch = ctypes.create_string_buffer(ctypes.sizeof(layout))
+            ctypes.memmove(scratch, address, caller_size)
+            handler(layout.from_buffer(scratch))
+            ctypes.memmove(address, scratch, caller_size)
+    except Exception as exc:  # noqa: BLE001 - every failure must become a PJRT error
+        return _error_for(exc)
+    return 0
+
+
+def execute(exe_handle: Any, handle_lists: list[list[Any]], non_donatable: tuple[int, ...],
+            device: Any) -> Any:
+    """LoadedExecutable_Execute, unpacked by the C table: output buffers per device, or an error."""
+    try:
+        outputs, donated = exe_handle.obj.execute(
+            [[h.obj for h in handles] for handles in handle_lists], non_donatable)
+    except Exception as exc:  # noqa: BLE001
+        return _error_for(exc)
+    for handles in handle_lists:
+        for i in donated:
+            _table.set_deleted(handles[i])
+    return outputs
+
+
+# ---- helpers to hand values to jaxlib ----
+def _obj(address: int) -> Any:
+    return _table.deref(address).obj
+
+
+def _keep(owner: Any, key: Any, make: Callable[[], Any]) -> Any:
+    store = _FOREVER if owner is None else owner.__dict__.setdefault("_pjrt_keep", {})
+    if key not in store:
+        store[key] = make()
+    return store[key]
+
+
+def _string(owner: Any, text: str) -> tuple[int, int]:
+    data = _keep(owner, ("str", text), lambda: ctypes.create_string_buffer(text.encode()))
+    return ctypes.addressof(data), len(text.encode())
+
+
+def _pointers(owner: Any, key: Any, addresses: Sequence[int]) -> tuple[int, int]:
+    array = _keep(owner, key, lambda: (ctypes.c_void_p * max(len(addresses), 1))(*addresses))
+    return ctypes.addressof(array), len(addresses)
+
+
+def _named_values(owner: Any, key: Any, values: dict[str, Any]) -> tuple[int, int]:
+    def make() -> Any:
+        array = (abi.NamedValue * max(len(values), 1))()
+        keep: list[Any] = [array]
+        for item, (name, value) in zip(array, values.items(), strict=False):
+            encoded = name.encode()
+            name_buf = ctypes.create_string_buffer(encoded)
+            keep.append(name_buf)
+            item.struct_size = abi.NamedValue.STRUCT_SIZE
+            item.name, item.name_size = ctypes.addressof(name_buf), len(encoded)
+            if isinstance(value, bool):
+                item.type, item.value.bool_value, item.value_size = abi.NAMED_BOOL, value, 1
+            elif isinstance(value, int):
+                item.type, item.value.int64_value, item.value_size = abi.NAMED_INT64, value, 1
+            elif isinstance(value, float):
+                item.type, item.value.float_value, item.value_size = abi.NAMED_FLOAT, value, 1
+            elif isinstance(value, str):
+                text = ctypes.create_string_buffer(value.encode())
+                keep.append(text)
+                item.type, item.value.string_value = abi.NAMED_STRING, ctypes.addressof(text)
+                item.value_size = len(value.encode())
+            else:
+                ints = (ctypes.c_int64 * len(value))(*value)
+                keep.append(ints)
+                item.type, item.value.int64_array_value = abi.NAMED_INT64_LIST, ctypes.addressof(ints)
+                item.value_size = len(value)
+        return keep
+
+    kept = _keep(owner, key, make)
+    return ctypes.addressof(kept[0]), len(values)
+
+
+def _bytes_out(owner: Any, key: Any, data: bytes) -> tuple[int, int]:
+    buf = _keep(owner, key, lambda: ctypes.create_string_buffer(data, len(data) or 1))
+    return ctypes.addressof(buf), len(data)
+
+
+# ---- plugin ----
+@slot("Plugin_Initialize", abi.PluginInitialize)
+def plugin_initialize(args: Any) -> None:
+    """Nothing to do: plugin.initialize() checked the versions before registering the table."""
+
+
+@slot("Plugin_Attributes", abi.PluginAttributes)
+def plugin_attributes(args: Any) -> None:
+    from jaxlib.mlir.dialects import stablehlo
+
+    current = [int(p) for p in stablehlo.get_current_version().split(".")]
+    minimum = [int(p) for p in stablehlo.get_minimum_version().split(".")]
+    attrs = {"stablehlo_current_version": current, "stablehlo_minimum_version": minimum}
+    args.attributes, args.num_attributes = _named_values(None, "plugin", attrs)
+
+
+# ---- client ----
+_CLIENTS: list[IpuClient] = []  # clients live until the process ends, as their devices do
+
+
+@slot("Client_Create", abi.ClientCreate)
+def client_create(args: Any) -> None:
+    client = IpuClient(Settings.from_config())
+    for device in client.devices:
+        device.handle = _table.new_handle(device)
+        device.memory.handle = _table.new_handle(device.memory)
+    client.handle = _table.new_handle(client)
+    _CLIENTS.append(client)
+    args.client = _table.give(client.handle)
+
+
+@slot("Client_PlatformName", abi.ClientString)
+def client_platform_name(args: Any) -> None:
+    args.value, args.value_size = _string(None, IpuClient.platform_name)
+
+
+@slot("Client_PlatformVersion", abi.ClientString)
+def client_platform_version(args: Any) -> None:
+    client = _obj(args.client)
+    args.value, args.value_size = _string(client, client.platform_version)
+
+
+@slot("Client_ProcessIndex", abi.ClientProcessIndex)
+def client_process_index(args: Any) -> None:
+    args.process_index = _obj(args.client).process_index
+
+
+@slot("Client_Devices", abi.ClientList)
+@slot("Client_AddressableDevices", abi.ClientList)
+def client_devices(args: Any) -> None:
+    client = _obj(args.client)
+    addresses = [d.handle.address for d in client.devices]
+    args.items, args.num_items = _pointers(client, "devices", addresses)
+
+
+@slot("Client_AddressableMemories", abi.ClientList)
+def client_memories(args: Any) -> None:
+    client = _obj(args.client)
+    addresses = [m.handle.address for m in client.memories]
+    args.items, args.num_items = _pointers(client, "memories", addresses)
+
+
+@slot("Client_LookupDevice", abi.ClientLookupDevice)
+@slot("Client_LookupAddressableDevice", abi.ClientLookupDevice)
+def client_lookup_device(args: Any) -> None:
+    args.device = _obj(args.client).device(args.id).handle.address
+
+
+@slot("Client_DefaultDeviceAssignment", abi.ClientDefaultDeviceAssignment)
+def client_default_device_assignment(args: Any) -> None:
+    client = _obj(args.client)
+    needed = args.num_replicas * args.num_partitions
+    if needed > len(client.devices):
+        raise IpuError(
+            f"A program for {args.num_replicas} replicas x {args.num_partitions} partitions needs "
+            f"{needed} ipu devices, but this process has {len(client.devices)}: set "
+            f"jax_ipu_device_count={needed} (or JAX_IPU_DEVICE_COUNT={needed})."
+        )
+    out = (ctypes.c_int * needed).from_address(args.default_assignment)
+    for i, device in enumerate(client.devices[:needed]):
+        out[i] = device.id
+
+
+@slot("Client_Compile", abi.ClientCompile)
+def client_compile(args: Any) -> None:
+    client = _obj(args.client)
+    program = abi.Program.from_address(args.program)
+    fmt = ctypes.string_at(program.format, program.format_size).decode()
+    if fmt != "mlir":
+        raise NotImplementedError(f"jax_ipu compiles StableHLO ('mlir') programs, not {fmt!r}.")
+    code = ctypes.string_at(program.code, program.code_size)
+    options = ctypes.string_at(args.compile_options, args.compile_options_size)
+    executable = client.compile(code, options)
+    args.executable = _table.give(_table.new_handle(executable))
+
+
+@slot("Client_BufferFromHostBuffer", abi.ClientBufferFromHostBuffer)
+def client_buffer_from_host(args: Any) -> None:
+    client = _obj(args.client)
+    device = _obj(args.device) if args.device else _obj(args.memory).device
+    dtype_name = DTYPE_NAMES.get(args.type)
+    if dtype_name is None:
+        raise IpuError(f"jax_ipu cannot hold arrays of PJRT element type {args.type}.")
+    dtype = np.dtype(dtype_name) if dtype_name not in _ML_DTYPES else _ML_DTYPES[dtype_name]
+    dims = tuple((ctypes.c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
+    host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
+    buffer = client.put(np.array(host, copy=True), device)
+    args.buffer = _table.give(_table.new_buffer_handle(buffer))
+    args.done_with_host_buffer = _table.READY_EVENT
+
+
+def _ml_dtypes() -> dict[str, np.dtype]:
+    import ml_dtypes
+
+    names = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz",
+             "float8_e4m3fnuz", "int4", "uint4", "int2", "uint2", "float8_e4m3", "float8_e3m4",
+             "float8_e8m0fnu", "float4_e2m1fn")
+    return {n: np.dtype(getattr(ml_dtypes, n)) for n in names if hasattr(ml_dtypes, n)}
+
+
+_ML_DTYPES = _ml_dtypes()
+
+
+def _host_view(data: int, dtype: np.dtype, dims: tuple[int, ...], strides_addr: int,
+               num_strides: int) -> np.ndarray:
+    """A numpy view of host memory jaxlib lent us (dense row-major unless strides are given)."""
+    size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    if size == 0:
+        return np.zeros(dims, dtype)
+    if num_strides:
+        strides = tuple((ctypes.c_int64 * num_strides).from_address(strides_addr))
+        span = sum((d - 1) * abs(s) for d, s in zip(dims, strides, strict=True)) + dtype.itemsize
+        raw = (ctypes.c_char * span).from_address(data)
+        flat = np.frombuffer(raw, dtype=np.uint8)
+        return np.lib.stride_tricks.as_strided(flat.view(dtype) if span % dtype.itemsize == 0
+                                               else flat, shape=dims, strides=strides)
+    raw = (ctypes.c_char * (size * dtype.itemsize)).from_address(data)
+    return np.frombuffer(raw, dtype=dtype).reshape(dims)
+
+
+# ---- devices and their descriptions (a device is its own description) ----
+@slot("Device_GetDescription", abi.DeviceGetDescription)
+def device_get_description(args: Any) -> None:
+    args.device_description = args.device
+
+
+@slot("DeviceDescription_Id", abi.DescriptionInt)
+def description_id(args: Any) -> None:
+    args.value = _obj(args.device_description).id
+
+
+@slot("DeviceDescription_ProcessIndex", abi.DescriptionInt)
+def description_process_index(args: Any) -> None:
+    args.value = _obj(args.device_description).process_index
+
+
+@slot("DeviceDescription_Attributes", abi.DescriptionAttributes)
+def description_attributes(args: Any) -> None:
+    device: IpuDevice = _obj(args.device_description)
+    args.attributes, args.num_attributes = _named_values(device, "attrs", device.attributes())
+
+
+@slot("DeviceDescription_Kind", abi.DescriptionString)
+def description_kind(args: Any) -> None:
+    device = _obj(args.device_description)
+    args.value, args.value_size = _string(device, device.kind)
+
+
+@slot("DeviceDescription_DebugString", abi.DescriptionString)
+@slot("DeviceDescription_ToString", abi.DescriptionString)
+def description_to_string(args: Any) -> None:
+    device = _obj(args.device_description)
+    args.value, args.value_size = _string(device, repr(device))
+
+
+@slot("Device_IsAddressable", abi.DeviceBool)
+def device_is_addressable(args: Any) -> None:
+    args.value = True
+
+
+@slot("Device_LocalHardwareId", abi.DeviceInt)
+def device_local_hardware_id(args: Any) -> None:
+    args.value = _obj(args.device).local_hardware_id
+
+
+@slot("Device_AddressableMemories", abi.DeviceList)
+def device_memories(args: Any) -> None:
+    device = _obj(args.device)
+    args.items, args.num_items = _pointers(device, "memories", [device.memory.handle.address])
+
+
+@slot("Device_DefaultMemory", abi.DevicePtr)
+def device_default_memory(args: Any) -> None:
+    args.value = _obj(args.device).memory.handle.address
+
+
+@slot("Device_GetAttributes", abi.DeviceGetAttributes)
+def device_get_attributes(args: Any) -> None:
+    device: IpuDevice = _obj(args.device)
+    args.attributes, args.num_attributes = _named_values(device, "attrs", device.attributes())
+    args.device_attributes = 0
+    args.attributes_deleter = _table.NOOP_DELETER
+
+
+@slot("Device_MemoryStats", abi.DeviceMemoryStats)
+def device_memory_stats(args: Any) -> None:
+    stats = _obj(args.device).stats
+    start = abi.DeviceMemoryStats.bytes_in_use.offset  # jaxlib leaves the outputs uninitialised
+    ctypes.memset(ctypes.addressof(args) + start, 0, abi.DeviceMemoryStats.STRUCT_SIZE - start)
+    args.bytes_in_use = stats.bytes_in_use
+    args.peak_bytes_in_use, args.peak_bytes_in_use_is_set = stats.peak_bytes_in_use, True
+    args.num_allocs, args.num_allocs_is_set = stats.num_allocs, True
+    args.largest_alloc_size, args.largest_alloc_size_is_set = stats.largest_alloc_size, True
+    args.bytes_limit, args.bytes_limit_is_set = stats.bytes_limit, True
+
+
+@slot("Device_ClearMemoryStats", abi.DeviceClearMemoryStats)
+def device_clear_memory_stats(args: Any) -> None:
+    _obj(args.device).stats.reset_peak()
+
+
+# ---- memories ----
+@slot("Memory_Id", abi.MemoryInt)
+def memory_id(args: Any) -> None:
+    args.value = _obj(args.memory).id
+
+
+@slot("Memory_Kind_Id", abi.MemoryInt)
+def memory_kind_id(args: Any) -> None:
+    args.value = IpuMemory.kind_id
+
+
+@slot("Memory_Kind", abi.MemoryString)
+def memory_kind(args: Any) -> None:
+    args.value, args.value_size = _string(None, IpuMemory.kind)
+
+
+@slot("Memory_DebugString", abi.MemoryString)
+@slot("Memory_ToString", abi.MemoryString)
+def memory_to_string(args: Any) -> None:
+    memory = _obj(args.memory)
+    args.value, args.value_size = _string(memory, repr(memory))
+
+
+@slot("Memory_AddressableByDevices", abi.MemoryList)
+def memory_devices(args: Any) -> None:
+    memory = _obj(args.memory)
+    args.items, args.num_items = _pointers(memory, "devices", [memory.device.handle.address])
+
+
+# ---- executables (a loaded executable and its executable share one runtime object) ----
+@slot("Executable_Name", abi.ExecutableString)
+def executable_name(args: Any) -> None:
+    exe = _obj(args.executable)
+    args.value, args.value_size = _string(exe, exe.name)
+
+
+@slot("Executable_NumReplicas", abi.ExecutableSize)
+def executable_num_replicas(args: Any) -> None:
+    args.value = _obj(args.executable).num_replicas
+
+
+@slot("Executable_NumPartitions", abi.ExecutableSize)
+def executable_num_partitions(args: Any) -> None:
+    args.value = _obj(args.executable).num_partitions
+
+
+@slot("Executable_NumOutputs", abi.ExecutableSize)
+def executable_num_outputs(args: Any) -> None:
+    args.value = _obj(args.executable).num_outputs
+
+
+@slot("Executable_SizeOfGeneratedCodeInBytes", abi.ExecutableCodeSize)
+def executable_code_size(args: Any) -> None:
+    args.size_in_bytes = _obj(args.executable).report.memory_analysis()["generated_code"]
+
+
+@slot("Executable_GetCostAnalysis", abi.ExecutableCostAnalysis)
+def executable_cost_analysis(args: Any) -> None:
+    exe = _obj(args.executable)
+    values = {k: float(v) for k, v in exe.report.cost_analysis().items()}
+    args.properties, args.num_properties = _named_values(exe, "cost", values)
+
+
+@slot("Executable_GetCompiledMemoryStats", abi.ExecutableCompiledMemoryStats)
+def executable_memory_stats(args: Any) -> None:
+    figures = _obj(args.executable).report.memory_analysis()
+    start = abi.ExecutableCompiledMemoryStats.generated_code_size_in_bytes.offset
+    ctypes.memset(ctypes.addressof(args) + start, 0,
+                  abi.ExecutableCompiledMemoryStats.STRUCT_SIZE - start)
+    args.generated_code_size_in_bytes = figures["generated_code"]
+    args.argument_size_in_bytes = figures["argument"]
+    args.output_size_in_bytes = figures["output"]
+    args.alias_size_in_bytes = figures["alias"]
+    args.temp_size_in_bytes = figures["temp"]
+    args.peak_memory_in_bytes = figures["peak"]
+    args.total_size_in_bytes = figures["total"]
+
+
+def _memory_kinds(args: Any, count: int) -> None:
+    exe: IpuExecutable = _obj(args.executable)
+
+    def make() -> Any:
+        kind = ctypes.create_string_buffer(IpuMemory.kind.encode())
+        ptrs = (ctypes.c_void_p * max(count, 1))(*([ctypes.addressof(kind)] * count))
+        sizes = (ctypes.c_size_t * max(count, 1))(*([len(IpuMemory.kind)] * count))
+        return kind, ptrs, sizes
+
+    _, ptrs, sizes = _keep(exe, ("kinds", count), make)
+    args.num_outputs = count
+    args.memory_kinds, args.memory_kind_sizes = ctypes.addressof(ptrs), ctypes.addressof(sizes)
+
+
+@slot("Executable_OutputMemoryKinds", abi.ExecutableMemoryKinds)
+def executable_output_memory_kinds(args: Any) -> None:
+    _memory_kinds(args, _obj(args.executable).num_outputs)
+
+
+@slot("Executable_ParameterMemoryKinds", abi.ExecutableMemoryKinds)
+def executable_parameter_memory_kinds(args: Any) -> None:
+    _memory_kinds(args, len(_obj(args.executable).program.inputs))
+
+
+@slot("Executable_OutputElementTypes", abi.ExecutableOutputElementTypes)
+def executable_output_types(args: Any) -> None:
+    exe = _obj(args.executable)
+    types = exe.output_element_types
+    array = _keep(exe, "types", lambda: (ctypes.c_int32 * max(len(types), 1))(*types))
+    args.output_types, args.num_output_types = ctypes.addressof(array), len(types)
+
+
+@slot("Executable_OutputDimensions", abi.ExecutableOutputDimensions)
+def executable_output_dims(args: Any) -> None:
+    exe = _obj(args.executable)
+    dims = exe.output_dims
+
+    def make() -> Any:
+        flat = [d for shape in dims for d in shape]
+        return ((ctypes.c_int64 * max(len(flat), 1))(*flat),
+                (ctypes.c_size_t * max(len(dims), 1))(*[len(s) for s in dims]))
+
+    flat, sizes = _keep(exe, "dims", make)
+    args.num_outputs = len(dims)
+    args.dims, args.dim_sizes = ctypes.addressof(flat), ctypes.addressof(sizes)
+
+
+@slot("Executable_OptimizedProgram", abi.ExecutableOptimizedProgram)
+def executable_optimized_program(args: Any) -> None:
+    exe = _obj(args.executable)
+    program = abi.Program.from_address(args.program)
+    # The IPU program is the StableHLO jax sent: no IPU-specific rewriting happens before Poplar.
+    program.format, program.format_size = _string(None, "mlir")
+    if program.code:
+        ctypes.memmove(program.code, exe.code, min(len(exe.code), program.code_size))
+    program.code_size = len(exe.code)
+
+
+@slot("Executable_Fingerprint", abi.ExecutableFingerprint)
+@slot("LoadedExecutable_Fingerprint", abi.ExecutableFingerprint)
+def executable_fingerprint(args: Any) -> None:
+    exe = _obj(args.executable)
+    digest = hashlib.sha256(exe.code + exe.options).hexdigest()
+    args.executable_fingerprint, args.executable_fingerprint_size = _string(exe, digest)
+
+
+@slot("Executable_GetCompileOptions", abi.ExecutableSerialized)
+def executable_compile_options(args: Any) -> None:
+    exe = _obj(args.executable)
+    args.serialized_bytes, args.serialized_bytes_size = _bytes_out(exe, "options", exe.options)
+    args.serialized, args.deleter = 0, _table.NOOP_DELETER
+
+
+@slot("LoadedExecutable_GetExecutable", abi.LoadedGetExecutable)
+def loaded_get_executable(args: Any) -> None:
+    args.executable = _table.give(_table.deref(args.loaded_executable))
+
+
+@slot("LoadedExecutable_AddressableDevices", abi.LoadedList)
+def loaded_devices(args: Any) -> None:
+    exe = _obj(args.executable)
+    addresses = [d.handle.address for d in exe.devices]
+    args.items, args.num_items = _pointers(exe, "devices", addresses)
+
+
+@slot("LoadedExecutable_AddressableDeviceLogicalIds", abi.LoadedList)
+def loaded_logical_ids(args: Any) -> None:
+    exe = _obj(args.executable)
+
+    def make() -> Any:
+        ids = (abi.LogicalDeviceIds * max(len(exe.devices), 1))()
+        for k in range(len(exe.devices)):
+            ids[k].replica, ids[k].partition = divmod(k, exe.num_partitions)
+        return ids
+
+    ids = _keep(exe, "logical_ids", make)
+    args.items, args.num_items = ctypes.addressof(ids), len(exe.devices)
+
+
+@slot("LoadedExecutable_GetDeviceAssignment", abi.ExecutableSerialized)
+def loaded_device_assignment(args: Any) -> None:
+    from jaxlib import xla_client as xc
+
+    exe = _obj(args.executable)
+    ids = np.array([d.id for d in exe.devices], dtype=np.int64).reshape(
+        exe.num_replicas, exe.num_partitions)
+    data = xc.DeviceAssignment.create(ids).serialize()
+    args.serialized_bytes, args.serialized_bytes_size = _bytes_out(exe, "assignment", data)
+    args.serialized, args.deleter = 0, _table.NOOP_DELETER
+
+
+@slot("LoadedExecutable_Delete", abi.LoadedDelete)
+def loaded_delete(args: Any) -> None:
+    _obj(args.executable).deleted = True
+
+
+@slot("LoadedExecutable_IsDeleted", abi.LoadedBool)
+def loaded_is_deleted(args: Any) -> None:
+    args.value = _obj(args.executable).deleted
+
+
+# ---- buffers ----
+@slot("Buffer_Delete", abi.BufferOnly)
+def buffer_delete(args: Any) -> None:
+    handle = _table.deref(args.buffer)
+    handle.obj.delete()
+    _table.set_deleted(handle)
+
+
+@slot("Buffer_ToHostBuffer", abi.BufferToHost)
+def buffer_to_host(args: Any) -> None:
+    handle = _table.deref(args.src)
+    buffer = handle.obj
+    if args.host_layout:
+        layout = abi.BufferMemoryLayout.from_address(args.host_layout)
+        tiled = layout.layout.tiled
+        order = list((ctypes.c_int64 * tiled.minor_to_major_size).from_address(
+            tiled.minor_to_major)) if tiled.minor_to_major_size else []
+        if layout.type != abi.LAYOUT_TILED or order != list(range(len(buffer.dims)))[::-1]:
+            raise NotImplementedError("jax_ipu copies to the host in row-major layout only.")
+    if not args.dst:
+        args.dst_size = buffer.nbytes
+        return
+    if args.dst_size < buffer.nbytes:
+        raise ValueError(f"host buffer of {args.dst_size} bytes is too small for "
+                         f"{buffer.nbytes} bytes")
+    values = np.ascontiguousarray(_client_of(buffer.device).fetch(buffer))
+    ctypes.memmove(args.dst, values.ctypes.data, buffer.nbytes)
+    args.event = _table.READY_EVENT
+
+
+@slot("Buffer_CopyToDevice", abi.BufferCopyTo)
+def buffer_copy_to_device(args: Any) -> None:
+    buffer = _obj(args.buffer)
+    device = _obj(args.dst)
+    copy = _client_of(device).copy(buffer, device)
+    args.dst_buffer = _table.give(_table.new_buffer_handle(copy))
+
+
+@slot("Buffer_CopyToMemory", abi.BufferCopyTo)
+def buffer_copy_to_memory(args: Any) -> None:
+    buffer = _obj(args.buffer)
+    device = _obj(args.dst).device
+    copy = _client_of(device).copy(buffer, device)
+    args.dst_buffer = _table.give(_table.new_buffer_handle(copy))
+
+
+def _client_of(device: IpuDevice) -> IpuClient:
+    for client in _CLIENTS:
+        if client.by_id.get(device.id) is device:
+            return client
+    raise IpuError(f"{device!r} belongs to no live ipu client")
+
+
+def install() -> Any:
+    """Connect the C table to this module and return its 'pjrt_c_api' capsule."""
+    _table.install(dispatch, execute)
+    return _table.capsule()

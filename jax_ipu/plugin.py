@@ -1,0 +1,70 @@
+"""initialize(): registers the ipu platform with JAX. The only module that touches JAX internals.
+
+JAX calls it through the `jax_plugins` entry point; it checks versions, registers the config
+flags, the PJRT table, donation support and the lowering rules for platform "ipu"."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jaxlib
+
+from jax_ipu import config
+
+logger = logging.getLogger(__name__)
+
+PLATFORM = "ipu"
+JAXLIB_SERIES = "0.10."  # the jaxlib whose PJRT C API (0.112) the table speaks
+_initialized = False
+
+
+def check_versions(jaxlib_version: str = jaxlib.__version__) -> None:
+    """Refuse, with one clear error, a jaxlib whose PJRT C API the plugin does not speak."""
+    if not jaxlib_version.startswith(JAXLIB_SERIES):
+        raise ImportError(
+            f"jax-ipu speaks the PJRT C API of jaxlib {JAXLIB_SERIES}x (API 0.112) but jaxlib "
+            f"{jaxlib_version} is installed. Install the pinned versions: "
+            f"pip install 'jax=={JAXLIB_SERIES}2' 'jaxlib=={JAXLIB_SERIES}2'."
+        )
+
+
+def _register_flags() -> None:
+    from jax._src import config as jax_config
+
+    for flag in config.FLAGS:
+        if flag.name in jax.config.values:
+            continue
+        default = config.env_value(flag)
+
+        def validate(value: object, flag: config.Flag = flag) -> None:
+            flag.parse(value)
+
+        if flag.kind is bool:
+            jax_config.bool_state(flag.name, default, flag.help, validator=validate)
+        elif flag.kind is int:
+            jax_config.int_state(flag.name, default, flag.help, validator=validate)
+        elif flag.choices:
+            jax_config.enum_state(flag.name, flag.choices, default, flag.help,
+                                  extra_validator=validate)
+        else:
+            jax_config.string_state(flag.name, default, flag.help,
+                                    update_global_hook=validate)
+
+
+def initialize() -> None:
+    """Register the ipu platform (called by JAX at start-up, once)."""
+    global _initialized
+    if _initialized:
+        return
+    check_versions()
+    from jax._src import xla_bridge
+    from jax._src.interpreters import mlir
+
+    from jax_ipu.pjrt import slots
+
+    _register_flags()
+    if PLATFORM not in mlir._platforms_with_donation:
+        mlir._platforms_with_donation.append(PLATFORM)
+    xla_bridge.register_plugin(PLATFORM, priority=400, c_api=slots.install())
+    _initialized = True

@@ -1,0 +1,133 @@
+"""The IPU Model client: its devices, the private XLA:CPU client holding their data, and compile.
+
+Created once per process from the flags in config.py, when jax first asks for the ipu backend."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jaxlib import xla_client as xc
+from jaxlib._jax import batched_device_put
+
+from jax_ipu import config
+from jax_ipu.compiler import numerics
+from jax_ipu.compiler.judge import judge
+from jax_ipu.errors import IpuConfigError, IpuError
+from jax_ipu.model.cycles import host_transfer_cycles
+from jax_ipu.model.targets import Target, get_target
+from jax_ipu.runtime.buffer import IpuBuffer
+from jax_ipu.runtime.device import IpuDevice
+from jax_ipu.runtime.executable import IpuExecutable
+
+logger = logging.getLogger(__name__)
+
+NO_HARDWARE = (
+    "jax_ipu_use_model=False asks for IPU hardware, which needs Graphcore's Poplar SDK and an "
+    "IPU attached to this machine. Neither is available: the Poplar SDK cannot be installed from "
+    "any package registry, and this build of jax-ipu has no hardware path. Use the IPU Model "
+    "(jax_ipu_use_model=True, the default)."
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The flags a client is made from, read once when jax creates the backend."""
+
+    target: Target
+    device_ids: tuple[int, ...]
+
+    @classmethod
+    def from_config(cls) -> Settings:
+        if not config.value("jax_ipu_use_model"):
+            raise IpuError(NO_HARDWARE)
+        version = config.value("jax_ipu_model_version")
+        num_tiles = config.value("jax_ipu_model_num_tiles")
+        full = get_target(version).num_tiles
+        if num_tiles > full:
+            raise IpuConfigError(
+                f"jax_ipu_model_num_tiles={num_tiles} is more than an {version} has ({full} "
+                f"tiles): allowed values are 0 (full chip) or 1 to {full}."
+            )
+        target = get_target(version, num_tiles or None)
+        count = config.value("jax_ipu_device_count")
+        visible = config.value("jax_ipu_visible_devices")
+        ids = tuple(int(i) for i in visible.split(",")) if visible.strip() else ()
+        if ids and count not in (-1, len(ids)):
+            raise IpuConfigError(
+                f"jax_ipu_device_count={count} but jax_ipu_visible_devices={visible!r} lists "
+                f"{len(ids)} devices: set one of them, or make them agree."
+            )
+        if not ids:
+            ids = tuple(range(1 if count == -1 else count))
+        return cls(target=target, device_ids=ids)
+
+
+class IpuClient:
+    """The devices of this process and the operations PJRT asks of them."""
+
+    platform_name = "ipu"
+
+    def __init__(self, settings: Settings, process_index: int = 0) -> None:
+        self.settings = settings
+        self.process_index = process_index
+        self.cpu_client = xc._xla.get_tfrt_cpu_client(
+            asynchronous=False, num_devices=len(settings.device_ids)
+        )
+        cpu_devices = self.cpu_client.local_devices()
+        self.devices = [IpuDevice(i, settings.target, cpu, process_index)
+                        for i, cpu in zip(settings.device_ids, cpu_devices, strict=True)]
+        self.by_id = {d.id: d for d in self.devices}
+        self._shardings = {d.id: jax.sharding.SingleDeviceSharding(d.cpu_device)
+                           for d in self.devices}
+        self.platform_version = f"IPU Model {settings.target.version} (jax-ipu)"
+        logger.info("IPU Model client: %s", self.devices)
+
+    @property
+    def memories(self) -> list[Any]:
+        return [d.memory for d in self.devices]
+
+    def device(self, device_id: int) -> IpuDevice:
+        try:
+            return self.by_id[device_id]
+        except KeyError:
+            raise IpuError(
+                f"No ipu device with id {device_id}; this process has ids "
+                f"{sorted(self.by_id)} (see jax_ipu_device_count / jax_ipu_visible_devices)."
+            ) from None
+
+    def compile(self, code: bytes, options_bytes: bytes) -> IpuExecutable:
+        """Judge the program with the model, then build its numerics on XLA:CPU."""
+        options = numerics.parse_options(options_bytes)
+        assignment = numerics.device_assignment(options)
+        devices = [self.device(int(i)) for i in assignment.reshape(-1)]
+        allow_oom = bool(config.engine_options().get("debug.allowOutOfMemory", False))
+        program, report = judge(code, self.settings.target, allow_oom)
+        cpu_exe = numerics.build(self.cpu_client, code, options,
+                                 {d.id: d.cpu_device for d in devices})
+        return IpuExecutable(
+            program, report, cpu_exe, devices, code, options_bytes,
+            num_replicas=assignment.shape[0], num_partitions=assignment.shape[1],
+            fits=not report.memory.out_of_memory,
+        )
+
+    def put(self, host: np.ndarray, device: IpuDevice) -> IpuBuffer:
+        """Host -> device: copy `host` into the device's memory (one copy, as on hardware)."""
+        aval = jax.core.ShapedArray(host.shape, host.dtype)
+        array = batched_device_put(aval, self._shardings[device.id], [host], [device.cpu_device],
+                                   True, True)
+        device.advance(host_transfer_cycles(host.nbytes, device.target))
+        return IpuBuffer(array, device)
+
+    def fetch(self, buffer: IpuBuffer) -> np.ndarray:
+        """Device -> host: the buffer's values as a numpy array."""
+        values = buffer.to_numpy()
+        buffer.device.advance(host_transfer_cycles(values.nbytes, buffer.device.target))
+        return values
+
+    def copy(self, buffer: IpuBuffer, device: IpuDevice) -> IpuBuffer:
+        """Device -> device (over IPU-Links on hardware; through the host in this model)."""
+        return self.put(np.array(buffer.to_numpy(), copy=True), device)

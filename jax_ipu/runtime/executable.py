@@ -1,0 +1,74 @@
+"""A compiled IPU program: the model's report of it plus the XLA:CPU executable that runs it.
+
+Execute runs the numerics, donates what the program aliases, and advances the model clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax_ipu.errors import IpuExecuteError
+from jax_ipu.model.ir import Program
+from jax_ipu.model.report import ProgramReport
+from jax_ipu.runtime.buffer import IpuBuffer
+from jax_ipu.runtime.device import IpuDevice
+from jax_ipu.runtime.dtypes import ELEMENT_TYPES
+
+
+class IpuExecutable:
+    """One program loaded on one or more IPU Model devices."""
+
+    def __init__(self, program: Program, report: ProgramReport, cpu_executable: Any,
+                 devices: Sequence[IpuDevice], code: bytes, options: bytes,
+                 num_replicas: int, num_partitions: int, fits: bool) -> None:
+        self.program = program
+        self.report = report
+        self.cpu_executable = cpu_executable
+        self.devices = list(devices)
+        self.code = code
+        self.options = options
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        self.fits = fits
+        self.name = program.name
+        self.output_dtypes = [t.dtype for t in program.outputs]
+        self.output_element_types = [ELEMENT_TYPES.get(t.dtype, 0) for t in program.outputs]
+        self.output_dims = [tuple(t.shape) for t in program.outputs]
+        self.donated = frozenset(program.aliases) | frozenset(program.donated_inputs)
+        self.cycles = int(report.cycles.total)
+        self.deleted = False
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.program.outputs)
+
+    def execute(self, arg_lists: Sequence[Sequence[IpuBuffer]],
+                non_donatable: Sequence[int]) -> tuple[list[list[IpuBuffer]], list[int]]:
+        """Run on every device; returns the outputs per device and the donated input indices."""
+        if not self.fits:
+            raise IpuExecuteError(
+                f"Program {self.name!r} does not fit in the IPU's tile memory: it was compiled "
+                "only because POPLAR_ENGINE_OPTIONS has debug.allowOutOfMemory, so that its report "
+                "can be written. Nothing can execute it; make it fit (see the compile report) or "
+                "unset debug.allowOutOfMemory."
+            )
+        if self.deleted:
+            raise IpuExecuteError(f"Executable {self.name!r} has been deleted.")
+        donated = [i for i in self.donated if i not in non_donatable]
+        if len(arg_lists) != 1:
+            raise IpuExecuteError(
+                f"Program {self.name!r} runs on {len(arg_lists)} devices at once; "
+                "multi-device execution is not supported on the IPU Model yet."
+            )
+        args = arg_lists[0]
+        device = self.devices[0]
+        keep = set(non_donatable) & self.donated
+        # XLA:CPU consumes aliased inputs; one jax must keep gets a private copy to consume.
+        cpu_args = [b.array.copy() if i in keep else b.array for i, b in enumerate(args)]
+        results = self.cpu_executable.execute_sharded(cpu_args)
+        outputs = [IpuBuffer(per_device[0], device)
+                   for per_device in results.disassemble_into_single_device_arrays()]
+        for i in donated:
+            args[i].delete()
+        device.advance(self.cycles)
+        return [outputs], donated
