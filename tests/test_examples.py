@@ -124,11 +124,14 @@ def test_ipu_matches_cpu(name: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_model_view(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    ipu = run_example(name, "ipu", tmp_path_factory)[0].stdout
+    proc, _, plots = run_example(name, "ipu", tmp_path_factory)
+    ipu = proc.stdout
     cpu = run_example(name, "cpu", tmp_path_factory)[0].stdout
     assert re.search(r"^model view of .*: only on the ipu platform$", cpu, re.M)
     assert "only on the ipu platform" not in ipu
-    assert re.search(r"^model view of .*:$", ipu, re.M)
+    assert re.search(r"^  memory: peak .* MiB; fullest tile \d+ holds", ipu, re.M)
+    assert re.search(r"^  time at the chip's clock: [\d,.]+ us per call", ipu, re.M)
+    assert list(plots.glob("model_memory_per_tile_*.png")), "no memory-per-tile figure"
 
 
 @pytest.mark.parametrize("name", list(CASES))

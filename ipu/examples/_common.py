@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jax
 import matplotlib
+import numpy as np
 
 # Examples run headless (CI, ssh); Agg must be chosen before pyplot is imported.
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from datasets import ImageDataset  # noqa: E402
+
+if TYPE_CHECKING:
+    from jax_ipu.model.report import ProgramReport
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -111,16 +117,74 @@ def model_view(
 ) -> dict[str, float] | None:
     """Print (and plot) the IPU Model's view of a compiled program; None off the ipu platform.
 
-    Returns the figures found, so examples can compare programs."""
+    Returns the figures shown (seconds is the modelled time per call), so examples can compare
+    programs."""
     if device.platform != "ipu":
         print(f"model view of {label}: only on the ipu platform")
         return None
-    return _view_from_jax_analyses(compiled, device, label, plot_dir)
+    import jax_ipu
+
+    report_fn = getattr(jax_ipu, "report", None)
+    if report_fn is None:
+        return _view_from_jax_analyses(compiled, device, label)
+    return _view_from_report(report_fn(compiled), label, plot_dir)
+
+
+def _view_from_report(report: ProgramReport, label: str, plot_dir: str | None) -> dict[str, float]:
+    target, mem, cyc = report.target, report.memory, report.cycles
+    print(
+        f"model view of {label}: {target.version}, {target.num_tiles} tiles of "
+        f"{target.bytes_per_tile / KIB:.0f} KiB at {target.clock_hz / 1e9:.2f} GHz"
+    )
+    fits = (
+        "fits" if not mem.out_of_memory else f"{len(mem.tiles_out_of_memory)} tiles OUT OF MEMORY"
+    )
+    print(
+        f"  memory: peak {mem.peak_bytes / MIB:.2f} MiB of {target.total_bytes / MIB:.0f} MiB; "
+        f"fullest tile {mem.max_tile} holds {mem.max_tile_bytes / KIB:.1f} KiB "
+        f"({100 * mem.max_tile_bytes / target.bytes_per_tile:.1f}%); {fits}"
+    )
+    print(
+        f"          arguments {mem.argument_bytes / MIB:.2f} MiB, outputs "
+        f"{mem.output_bytes / MIB:.2f} MiB (donated, in place: {mem.alias_bytes / MIB:.2f} MiB), "
+        f"temporaries {mem.temporary_bytes / MIB:.2f} MiB, code {mem.code_bytes_per_tile} B/tile"
+    )
+    print(
+        f"  cycles: {cyc.total:,.0f} = compute {cyc.compute:,.0f} + exchange {cyc.exchange:,.0f}"
+        f" + sync {cyc.sync:,.0f} + host exchange {cyc.host_exchange:,.0f}"
+    )
+    rate = report.flops / report.seconds / 1e12 if report.seconds else 0.0
+    print(
+        f"  time at the chip's clock: {report.seconds * 1e6:,.2f} us per call "
+        f"({report.flops / 1e6:,.2f} MFLOP, {rate:.3f} TFLOP/s)"
+    )
+    for warning in report.warnings:
+        print(f"  model warning: {warning}")
+    if plot_dir:
+        per_tile = np.asarray(mem.per_tile_bytes) / KIB
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar(np.arange(len(per_tile)), per_tile, width=1.0, linewidth=0)
+        ax.axhline(target.bytes_per_tile / KIB, color="red", linestyle="--", label="tile memory")
+        ax.set(
+            title=f"Memory per tile: {label} ({target.version}, peak of each tile)",
+            xlabel="tile",
+            ylabel="KiB",
+        )
+        ax.legend()
+        _save(fig, plot_dir, f"model_memory_per_tile_{_slug(label)}.png")
+    return {
+        "seconds": float(report.seconds),
+        "cycles": float(cyc.total),
+        "peak_bytes": float(mem.peak_bytes),
+        "max_tile_bytes": float(mem.max_tile_bytes),
+        "flops": float(report.flops),
+    }
 
 
 def _view_from_jax_analyses(
-    compiled: jax.stages.Compiled, device: jax.Device, label: str, plot_dir: str | None
+    compiled: jax.stages.Compiled, device: jax.Device, label: str
 ) -> dict[str, float]:
+    # Until jax_ipu.report exists, JAX's own analyses carry the model's totals.
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis() or {}
     total = (
@@ -141,7 +205,6 @@ def _view_from_jax_analyses(
     if tiles:
         print(f"  average per tile over {tiles} tiles: {total / tiles / KIB:.1f} KiB")
     print(f"  cost: {figures['flops'] / 1e6:.2f} MFLOP")
-    del plot_dir  # per-tile figures need the model's report
     return figures
 
 
@@ -151,6 +214,10 @@ def summary(example: str, **figures: object) -> None:
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
     )
     print(f"summary: {example} {parts}")
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
 def _save(fig: plt.Figure, plot_dir: str, filename: str) -> None:
