@@ -59,8 +59,9 @@ def test_bfloat16_and_fp8_run_on_ipu21():
     check_program(read_program(portable_artifact(to_bf16, np.ones((3,), F32))), target)
     check_program(read_program(portable_artifact(to_fp8, np.ones((3,), F32))), target)
     with pytest.raises(IpuCompileError, match="float8_e4m3fn"):
-        check_program(read_program(portable_artifact(to_fp8, np.ones((3,), F32))),
-                      get_target("ipu2"))
+        check_program(
+            read_program(portable_artifact(to_fp8, np.ones((3,), F32))), get_target("ipu2")
+        )
 
 
 def test_float64_refused_everywhere_with_x64_hint():

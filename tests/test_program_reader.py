@@ -112,8 +112,9 @@ def test_mlir_text_and_bytecode_inputs():
 def test_unknown_ops_do_not_crash():
     # chlo ops (only in MLIR text: artifacts legalize them) and custom calls are kept as ops
     def f(x):
-        return jax.lax.erf_inv(x), jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(
-            x.shape, x.dtype))(x)
+        return jax.lax.erf_inv(x), jax.ffi.ffi_call(
+            "my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype)
+        )(x)
 
     p = read_program(jax.jit(f).lower(np.ones((3,), F32)).as_text(debug_info=True))
     assert any(op.name == "chlo.erf_inv" for op in p.walk())

@@ -1,0 +1,67 @@
+"""The IPU as data and formulas: targets, tile memory, cycles, reports. No JAX in here.
+
+analyze() is the entry point: one Program and one Target in, one ProgramReport out."""
+
+from __future__ import annotations
+
+from jax_ipu.model.cycles import OpRow, cost_program, host_transfer_cycles
+from jax_ipu.model.ir import Program
+from jax_ipu.model.memory import analyze_memory
+from jax_ipu.model.report import (
+    CyclesReport,
+    OpReport,
+    ProgramReport,
+    format_out_of_memory,
+)
+from jax_ipu.model.targets import Target, get_target
+
+__all__ = ["ProgramReport", "Target", "analyze", "format_out_of_memory", "get_target",
+           "host_transfer_cycles"]
+
+
+def _op_report(row: OpRow, target: Target) -> OpReport:
+    c, n = row.cost, row.executions
+    shapes = ", ".join(str(t) for t in row.op.operands) + " -> " + \
+        ", ".join(str(t) for t in row.op.results)
+    host = host_transfer_cycles(c.host_bytes, target)
+    sync = c.syncs * target.sync_cycles
+    return OpReport(
+        name=row.op.name, kind=row.op.kind, op_class=row.op_class,
+        location=str(row.op.location), file=row.op.location.file, line=row.op.location.line,
+        shapes=shapes, executions=n, depth=row.depth, fused=[o.kind for o in row.fused],
+        flops=c.flops * n, bytes_accessed=c.bytes_accessed * n,
+        compute_cycles=c.compute_cycles * n, exchange_cycles=c.exchange_cycles * n,
+        sync_cycles=sync * n, host_cycles=host * n,
+        cycles=(c.compute_cycles + c.exchange_cycles + sync + host) * n,
+        tiles=c.tiles, note=c.note)
+
+
+def analyze(program: Program, target: Target) -> ProgramReport:
+    """The model's judgement of a program on a target: memory per tile and cycles."""
+    rows = cost_program(program, target)
+    ops = [_op_report(r, target) for r in rows]
+    memory = analyze_memory(program, rows, target)
+    compute = sum(o.compute_cycles for o in ops)
+    exchange = sum(o.exchange_cycles for o in ops)
+    sync = sum(o.sync_cycles for o in ops)
+    host = sum(o.host_cycles for o in ops)
+    total = compute + exchange + sync + host
+    unknown = sum(1 for r in rows if r.unknown_trip_count)
+    unmodelled = sorted({r.op.name for r in rows if r.cost.unmodelled})
+    warnings = []
+    if unknown:
+        warnings.append(f"{unknown} loop(s) with a data-dependent trip count: body counted once")
+    if unmodelled:
+        warnings.append(f"ops without a cost rule (costed as elementwise): "
+                        f"{', '.join(unmodelled)}")
+    cycles = CyclesReport(
+        total=total, compute=compute, exchange=exchange, sync=sync, host_exchange=host,
+        host_input_cycles_per_call=sum(host_transfer_cycles(t.nbytes, target)
+                                       for t in program.inputs),
+        host_output_cycles_per_call=sum(host_transfer_cycles(t.nbytes, target)
+                                        for t in program.outputs),
+        unknown_trip_counts=unknown, unmodelled_ops=unmodelled)
+    return ProgramReport(
+        program=program.name, target=target, memory=memory, cycles=cycles, ops=ops,
+        flops=sum(o.flops for o in ops), bytes_accessed=sum(o.bytes_accessed for o in ops),
+        seconds=total / target.clock_hz, warnings=warnings)

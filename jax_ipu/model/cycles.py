@@ -1,0 +1,146 @@
+"""Cycles of a program: cost rules applied per op, fusion, loops x trip counts, BSP totals.
+
+Also the host-link cost of one transfer, which the runtime charges per execution."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from jax_ipu.model.costs import FUSABLE, RULES, OpCost, op_class
+from jax_ipu.model.ir import Op, Program
+from jax_ipu.model.targets import Target
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class OpRow:
+    """One costed op (with what was fused into it), as run `executions` times per call."""
+
+    op: Op
+    op_class: str
+    cost: OpCost
+    executions: int = 1
+    depth: int = 0
+    fused: list[Op] = field(default_factory=list)
+    unknown_trip_count: bool = False
+
+    def cycles(self, target: Target) -> float:
+        """Cycles of one execution: busiest tile's compute, exchange, syncs."""
+        c = self.cost
+        return c.compute_cycles + c.exchange_cycles + c.syncs * target.sync_cycles
+
+
+def use_counts(program: Program) -> Counter:
+    """How many times each value is read (by ops, region returns or the entry's outputs)."""
+    uses: Counter = Counter(program.output_ids)
+    for op in program.walk():
+        uses.update(op.operand_ids)
+        for region in op.regions:
+            uses.update(region.result_ids)
+    return uses
+
+
+def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
+    """Which ops of a block are folded into a later elementwise op: root index -> producers.
+
+    A fusable op folds into its only reader when that reader is elementwise over as many
+    elements; folded results are never stored, and their passes over memory disappear."""
+    reader: dict[int, int] = {}
+    for j, op in enumerate(ops):
+        for v in op.operand_ids:
+            reader.setdefault(v, j)
+    parent: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if op_class(op) not in FUSABLE or len(op.result_ids) != 1:
+            continue
+        r = op.result_ids[0]
+        j = reader.get(r)
+        if uses[r] != 1 or j is None:
+            continue
+        consumer, producer_cls = ops[j], op_class(op)
+        if not consumer.results:
+            continue
+        # Broadcasts become broadcast operands of the expression; others must match in size.
+        if producer_cls == "broadcast" and op_class(consumer) in FUSABLE or \
+                op_class(consumer) in ("elementwise", "conversion") and \
+                consumer.results[0].size == op.results[0].size:
+            parent[i] = j
+    groups: dict[int, list[Op]] = {}
+    for i in sorted(parent):
+        root = i
+        while root in parent:
+            root = parent[root]
+        groups.setdefault(root, []).append(ops[i])
+    return groups
+
+
+def fused_indices(ops: list[Op], uses: Counter) -> set[int]:
+    """Indices of a block's ops that are folded into another (their results are not stored)."""
+    groups = fusion(ops, uses)
+    fused_ids = {id(o) for producers in groups.values() for o in producers}
+    return {i for i, op in enumerate(ops) if id(op) in fused_ids}
+
+
+def _cost(op: Op, fused: list[Op], target: Target) -> OpCost:
+    cls = op_class(op)
+    try:
+        return RULES[cls](op, fused, target)
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
+        # A malformed or unexpected op must not stop compilation: cost it as unmodelled.
+        logger.warning("cost rule %s failed on %s; costing it as unmodelled", cls, op.name,
+                       exc_info=True)
+        return RULES["unmodelled"](op, [], target)
+
+
+def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1,
+               depth: int = 0) -> list[OpRow]:
+    """Rows of one block in program order; region bodies follow their op, deeper by one."""
+    groups = fusion(ops, uses)
+    skip = {id(o) for producers in groups.values() for o in producers}
+    rows: list[OpRow] = []
+    for i, op in enumerate(ops):
+        if id(op) in skip:
+            continue
+        if op.kind in ("while", "case", "if"):
+            rows.extend(_control(op, target, uses, executions, depth))
+            continue
+        fused = groups.get(i, [])
+        rows.append(OpRow(op, op_class(op), _cost(op, fused, target), executions, depth, fused))
+    return rows
+
+
+def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int
+             ) -> list[OpRow]:
+    head = OpRow(op, "control", OpCost(syncs=1), executions, depth)
+    if op.kind == "while" and len(op.regions) == 2:
+        trips = op.trip_count
+        head.unknown_trip_count = trips is None
+        # Unknown trip count: counted once, and flagged in the report.
+        n = 1 if trips is None else trips
+        head.cost.note = f"trip count {trips}" if trips is not None else \
+            "trip count unknown: body counted once"
+        cond = cost_block(op.regions[0].ops, target, uses, executions * (n + 1), depth + 1)
+        body = cost_block(op.regions[1].ops, target, uses, executions * n, depth + 1)
+        return [head, *cond, *body]
+    # case / if: one branch runs; charge the most expensive one (worst case).
+    branches = [cost_block(r.ops, target, uses, executions, depth + 1) for r in op.regions]
+    head.cost.note = f"{len(branches)} branches: costliest counted"
+    worst = max(branches, key=lambda rows: sum(r.cycles(target) for r in rows), default=[])
+    return [head, *worst]
+
+
+def cost_program(program: Program, target: Target) -> list[OpRow]:
+    """Every costed op of the program, nested ones included."""
+    return cost_block(program.ops, target, use_counts(program))
+
+
+def host_transfer_cycles(nbytes: int, target: Target) -> int:
+    """Cycles to move nbytes between host and IPU over the host link (one transfer)."""
+    if nbytes <= 0:
+        return 0
+    bytes_per_cycle = target.host_bytes_per_s / target.clock_hz
+    return target.host_latency_cycles + math.ceil(nbytes / bytes_per_cycle)

@@ -1,0 +1,241 @@
+"""Memory per tile: liveness over program order, tile mapping, code, peak, out-of-memory tiles.
+
+Inputs kept on device, constants and code are always live; op results live def..last use."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from jax_ipu.model.costs import ALIASING, op_class
+from jax_ipu.model.cycles import OpRow, fusion, use_counts
+from jax_ipu.model.ir import Op, Program
+from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
+from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
+from jax_ipu.model.targets import (
+    CONTROL_CODE_BYTES_PER_STEP,
+    CONTROL_CODE_BYTES_PER_TILE,
+    EXCHANGE_CODE_BYTES_PER_STEP,
+    VERTEX_CODE_BYTES_PER_KIND,
+    VERTEX_STATE_BYTES_PER_OP,
+    Target,
+)
+
+MAX_CONTRIBUTORS = 8
+_IN_PLACE = ("elementwise", "conversion")
+
+
+@dataclass
+class _Buffer:
+    name: str
+    category: str
+    nbytes: int
+    start: int
+    end: int  # last step it is live at (inclusive)
+    location: str
+    always_live: bool = False
+
+
+@dataclass
+class _Liveness:
+    buffers: list[_Buffer]
+    steps: list[Op]  # the stored (non-fused) ops, one per step
+    # per step: (bytes, tiles) of matmul workspace or loop-body temporaries; 0 tiles = linear
+    transient: list[tuple[int, int]]
+
+
+def _uses_at(op: Op) -> list[int]:
+    """Values an op reads, including those read inside its regions."""
+    return [v for o in op.walk() for v in o.operand_ids] + \
+        [v for r in op.regions for v in r.result_ids]
+
+
+def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
+              args: list[_Buffer], output_ids: tuple[int, ...]) -> _Liveness:
+    """Buffers of one block; args are the block's inputs (None for values owned elsewhere)."""
+    groups = fusion(ops, uses)
+    root_of = {id(p): root for root, producers in groups.items() for p in producers}
+    stored = [i for i, op in enumerate(ops) if id(op) not in root_of]
+    step_of = {i: s for s, i in enumerate(stored)}
+    n = max(1, len(stored))
+    last: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        s = step_of[root_of.get(id(op), i)]
+        for v in _uses_at(op):
+            last[v] = max(last.get(v, 0), s)
+    outputs = set(output_ids)
+    for v in outputs:
+        last[v] = n - 1
+
+    buffers: list[_Buffer] = []
+    buf_of: dict[int, int] = {}
+    for vid, b in zip(arg_ids, args, strict=False):
+        if b is not None:
+            if not b.always_live:
+                b.end = last.get(vid, 0)
+            buf_of[vid] = len(buffers)
+            buffers.append(b)
+    transient: list[tuple[int, int]] = []
+    for i in stored:
+        op, s = ops[i], step_of[i]
+        transient.append(_transient(op, uses, rows))
+        cls = op_class(op)
+        reads = [v for o in (op, *groups.get(i, [])) for v in o.operand_ids]
+        for k, (rid, rtype) in enumerate(zip(op.result_ids, op.results, strict=False)):
+            if op.kind == "constant":
+                buf_of[rid] = len(buffers)
+                buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
+                                       str(op.location), always_live=True))
+                continue
+            reuse = None
+            if cls in ALIASING and k < len(op.operand_ids) and op.operand_ids[k] in buf_of:
+                reuse = buf_of[op.operand_ids[k]]
+            elif cls in _IN_PLACE:
+                reuse = next((buf_of[v] for v in reads if v in buf_of and last.get(v) == s
+                              and not buffers[buf_of[v]].always_live
+                              and buffers[buf_of[v]].end <= s
+                              and buffers[buf_of[v]].nbytes == rtype.nbytes), None)
+            if reuse is not None:
+                buf_of[rid] = reuse
+                b = buffers[reuse]
+                b.end = max(b.end, last.get(rid, s))
+                if rid in outputs and b.category == "temporaries":
+                    b.category = "outputs"
+                continue
+            buf_of[rid] = len(buffers)
+            buffers.append(_Buffer(
+                f"{op.kind} result", "outputs" if rid in outputs else "temporaries",
+                rtype.nbytes, s, max(s, last.get(rid, s)), str(op.location)))
+    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0)])
+
+
+def _transient(op: Op, uses: Counter, rows: dict[int, OpRow]) -> tuple[int, int]:
+    """(bytes, tiles) an op needs only while it runs: matmul blocks, loop-body temporaries."""
+    row = rows.get(id(op))
+    work = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles) if row else (0, 0)
+    for region in op.regions:
+        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids)
+        peak = _peak(inner)
+        if peak > work[0]:
+            work = (peak, 0)
+    return work
+
+
+def _peak(live: _Liveness) -> int:
+    """Largest bytes live at one step of a block, its transients included."""
+    best = 0
+    for s, (tbytes, _) in enumerate(live.transient):
+        total = tbytes + sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
+        best = max(best, total)
+    return best
+
+
+def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
+    """Code and vertex state on every tile, by Poplar's categories (assumed on all tiles)."""
+    computing = [r for r in rows if r.cost.compute_cycles > 0]
+    kinds = {o.kind for r in computing for o in (r.op, *r.fused)}
+    return {
+        "control code": CONTROL_CODE_BYTES_PER_TILE +
+        CONTROL_CODE_BYTES_PER_STEP * sum(1 for r in rows if r.cost.syncs),
+        "vertex code": VERTEX_CODE_BYTES_PER_KIND * len(kinds),
+        "vertex state": VERTEX_STATE_BYTES_PER_OP * len(computing),
+        "exchange code": EXCHANGE_CODE_BYTES_PER_STEP *
+        sum(1 for r in rows if r.cost.exchange_cycles > 0),
+    }
+
+
+def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> MemoryReport:
+    """Liveness, tile mapping and per-tile peaks of a program on a target."""
+    t = target.num_tiles
+    uses = use_counts(program)
+    by_op = {id(r.op): r for r in rows}
+    args = [
+        _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
+                "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
+                0, "<argument>", always_live=i not in program.donated_inputs)
+        for i, (ty, name) in enumerate(zip(program.inputs, _names(program), strict=False))]
+    live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids)
+    n = len(live.transient)
+    for b in live.buffers:
+        if b.always_live:
+            b.start, b.end = 0, n - 1
+
+    delta = np.zeros((n + 1, t), dtype=np.int64)
+    always = np.zeros(t, dtype=np.int64)
+    vectors = []
+    start = 0
+    for b in live.buffers:
+        vec = linear_mapping(b.nbytes, t, start)
+        start = (start + tiles_used(b.nbytes, t)) % t
+        vectors.append(vec)
+        if b.always_live:
+            always += vec
+        else:
+            delta[b.start] += vec
+            delta[b.end + 1] -= vec
+    work_vecs = []
+    for s, (nbytes, tiles) in enumerate(live.transient):
+        vec = uniform_share(nbytes, tiles, t) if tiles else linear_mapping(nbytes, t)
+        work_vecs.append(vec)
+        delta[s] += vec
+        delta[s + 1] -= vec
+    code = code_bytes_per_tile(rows)
+    always += sum(code.values())
+    per_step = np.cumsum(delta[:n], axis=0)
+    per_tile = per_step.max(axis=0) + always
+    curve = per_step.sum(axis=1) + int(always.sum())
+    peak_step = int(np.argmax(curve))
+    max_tile = int(np.argmax(per_tile))
+    tile_step = int(np.argmax(per_step[:, max_tile]))
+
+    def live_at(b: _Buffer, s: int) -> bool:
+        return b.always_live or b.start <= s <= b.end
+
+    by_category: Counter = Counter()
+    for b in live.buffers:
+        if live_at(b, peak_step):
+            by_category[b.category] += b.nbytes
+    by_category["workspace"] += int(work_vecs[peak_step].sum())
+    for name, per in code.items():
+        by_category[name] += per * t
+
+    contributors = [Contributor(b.name, b.category, int(v[max_tile]), b.nbytes, b.location)
+                    for b, v in zip(live.buffers, vectors, strict=False)
+                    if live_at(b, tile_step) and v[max_tile] > 0]
+    if work_vecs[tile_step][max_tile]:
+        op = live.steps[tile_step] if tile_step < len(live.steps) else None
+        contributors.append(Contributor(
+            f"{op.kind if op else 'op'} workspace", "workspace",
+            int(work_vecs[tile_step][max_tile]), int(work_vecs[tile_step].sum()),
+            str(op.location) if op else "<unknown>"))
+    contributors += [Contributor(name, name, per, per * t, "<code>") for name, per in
+                     code.items()]
+    contributors.sort(key=lambda c: -c.bytes_on_tile)
+
+    always_total = int(always.sum())
+    peak = int(curve[peak_step])
+    outputs_total = sum(ty.nbytes for ty in program.outputs)
+    return MemoryReport(
+        by_category={k: int(v) for k, v in by_category.items() if v},
+        always_live_bytes=always_total,
+        not_always_live_peak_bytes=peak - always_total,
+        peak_bytes=peak, peak_step=peak_step,
+        code_bytes_per_tile=int(sum(code.values())),
+        per_tile_bytes=per_tile, max_tile=max_tile, max_tile_bytes=int(per_tile[max_tile]),
+        tiles_out_of_memory=[int(i) for i in np.nonzero(per_tile > target.bytes_per_tile)[0]],
+        top_contributors=contributors[:MAX_CONTRIBUTORS],
+        liveness=[LivenessPoint(s, live.steps[s].name if s < len(live.steps) else "",
+                                str(live.steps[s].location) if s < len(live.steps) else "",
+                                int(curve[s])) for s in range(n)],
+        argument_bytes=sum(ty.nbytes for ty in program.inputs),
+        output_bytes=outputs_total,
+        alias_bytes=sum(program.inputs[i].nbytes for i in program.aliases
+                        if i < len(program.inputs)),
+        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]))
+
+
+def _names(program: Program) -> list[str | None]:
+    names = list(program.input_names)
+    return names + [None] * (len(program.inputs) - len(names))

@@ -1,0 +1,173 @@
+"""ProgramReport: what the IPU Model says about one program, and Poplar's out-of-memory message.
+
+to_dict() is the stable, JSON-serialisable form that profile/ builds reports from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from jax_ipu.model.targets import Target
+
+SCHEMA_VERSION = 1
+MAX_OOM_TILES_LISTED = 8
+
+
+@dataclass
+class Contributor:
+    """A tensor (or code) taking memory on the busiest tile at its peak."""
+
+    name: str  # e.g. "dot_general result", "argument 0 (x)", "vertex code"
+    category: str
+    bytes_on_tile: int
+    total_bytes: int
+    location: str  # "file:line (function)" or "<unknown>"
+
+
+@dataclass
+class LivenessPoint:
+    step: int
+    op: str
+    location: str
+    bytes: int  # always-live + live temporaries, all tiles
+
+
+@dataclass
+class MemoryReport:
+    by_category: dict[str, int]  # bytes over all tiles at the peak step
+    always_live_bytes: int
+    not_always_live_peak_bytes: int
+    peak_bytes: int
+    peak_step: int
+    code_bytes_per_tile: int
+    per_tile_bytes: np.ndarray  # int64[num_tiles]: each tile's own peak
+    max_tile: int
+    max_tile_bytes: int
+    tiles_out_of_memory: list[int]
+    top_contributors: list[Contributor]
+    liveness: list[LivenessPoint]
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temporary_bytes: int
+
+    @property
+    def out_of_memory(self) -> bool:
+        return bool(self.tiles_out_of_memory)
+
+
+@dataclass
+class OpReport:
+    """One row of the per-op table; cycles and flops are totals over `executions`."""
+
+    name: str
+    kind: str
+    op_class: str
+    location: str
+    file: str | None
+    line: int | None
+    shapes: str
+    executions: int
+    depth: int
+    fused: list[str]
+    flops: int
+    bytes_accessed: int
+    compute_cycles: float
+    exchange_cycles: float
+    sync_cycles: float
+    host_cycles: float
+    cycles: float
+    tiles: int
+    note: str
+
+
+@dataclass
+class CyclesReport:
+    total: float  # compute + exchange + sync + host exchange inside the program
+    compute: float
+    exchange: float
+    sync: float
+    host_exchange: float
+    host_input_cycles_per_call: int  # if every argument came from the host
+    host_output_cycles_per_call: int  # if every result went to the host
+    unknown_trip_counts: int
+    unmodelled_ops: list[str]
+
+
+@dataclass
+class ProgramReport:
+    """The model's judgement of one program on one target."""
+
+    program: str
+    target: Target
+    memory: MemoryReport
+    cycles: CyclesReport
+    ops: list[OpReport]
+    flops: int
+    bytes_accessed: int
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable report. Schema (version 1), all sizes in bytes:
+
+        - schema_version: int; program: str (e.g. "jit_f")
+        - target: {version, num_tiles, bytes_per_tile, total_bytes, clock_hz,
+          fp16_flops_per_tile_cycle, fp32_flops_per_tile_cycle, exchange_bytes_per_tile_cycle,
+          sync_cycles, host_bytes_per_s, peak_fp16_flops_per_s, peak_fp32_flops_per_s, ...}
+        - memory: {fits: bool, by_category: {category: bytes}, always_live_bytes,
+          not_always_live_peak_bytes, peak_bytes, peak_step, code_bytes_per_tile,
+          per_tile_bytes: [int] * num_tiles, max_tile, max_tile_bytes,
+          tiles_out_of_memory: [tile index], num_tiles_out_of_memory,
+          top_contributors: [{name, category, bytes_on_tile, total_bytes, location}],
+          liveness: [{step, op, location, bytes}], argument_bytes, output_bytes, alias_bytes,
+          temporary_bytes}
+        - cycles: {total, compute, exchange, sync, host_exchange, host_input_cycles_per_call,
+          host_output_cycles_per_call, unknown_trip_counts, unmodelled_ops: [op name]}
+        - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
+          fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
+          host_cycles, cycles, tiles, note}] in program order (region bodies follow their op)
+        - flops, bytes_accessed, seconds (total cycles at the target clock), warnings: [str]
+        """
+        target = asdict(self.target)
+        target["supported_dtypes"] = sorted(self.target.supported_dtypes)
+        target["total_bytes"] = self.target.total_bytes
+        target["peak_fp16_flops_per_s"] = self.target.peak_flops_per_s("float16")
+        target["peak_fp32_flops_per_s"] = self.target.peak_flops_per_s("float32")
+        memory = asdict(self.memory)
+        memory["per_tile_bytes"] = [int(b) for b in self.memory.per_tile_bytes]
+        memory["fits"] = not self.memory.out_of_memory
+        memory["num_tiles_out_of_memory"] = len(self.memory.tiles_out_of_memory)
+        return {
+            "schema_version": SCHEMA_VERSION, "program": self.program, "target": target,
+            "memory": memory, "cycles": asdict(self.cycles),
+            "ops": [asdict(o) for o in self.ops], "flops": int(self.flops),
+            "bytes_accessed": int(self.bytes_accessed), "seconds": float(self.seconds),
+            "warnings": list(self.warnings),
+        }
+
+
+def format_out_of_memory(report: ProgramReport) -> str:
+    """Poplar's out-of-memory message, with the largest contributors and what to try."""
+    mem, target = report.memory, report.target
+    lines = [
+        f"Out of memory on tile {mem.max_tile}: {mem.max_tile_bytes} bytes used but tiles only "
+        f"have {target.bytes_per_tile} bytes of memory",
+        f"{len(mem.tiles_out_of_memory)} tile(s) out of memory "
+        f"(program {report.program} on {target.version} with {target.num_tiles} tiles; "
+        f"peak {mem.peak_bytes} of {target.total_bytes} bytes)",
+        f"Largest contributors on tile {mem.max_tile}:",
+    ]
+    for c in mem.top_contributors:
+        lines.append(f"  {c.bytes_on_tile:>10} bytes  {c.name} [{c.category}] at {c.location}")
+    lines += [
+        "What to try:",
+        "  - keep fewer activations alive per step (smaller batch, jax.checkpoint, or a loop "
+        "with lax.scan over micro-batches)",
+        "  - store tensors in float16 instead of float32",
+        f"  - use more tiles (jax_ipu_model_num_tiles, now {target.num_tiles}) or a larger IPU",
+        "  - donate inputs you no longer need (jax.jit(..., donate_argnums=...)) so results "
+        "reuse their memory",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,186 @@
+"""Tests of the IPU Model's memory: tile mapping, liveness, capacity edges, out-of-memory.
+
+Expectations are hand-computed from the named constants in jax_ipu/model/targets.py."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_ipu.compiler.judge import judge
+from jax_ipu.compiler.program import read_program
+from jax_ipu.errors import IpuOutOfMemoryError
+from jax_ipu.model import analyze
+from jax_ipu.model.mapping import linear_mapping, tiles_used
+from jax_ipu.model.targets import (
+    CONTROL_CODE_BYTES_PER_STEP,
+    CONTROL_CODE_BYTES_PER_TILE,
+    MIN_BYTES_PER_TILE,
+    TENSOR_GRAIN_BYTES,
+    VERTEX_CODE_BYTES_PER_KIND,
+    VERTEX_STATE_BYTES_PER_OP,
+    get_target,
+)
+from tests._lowering import portable_artifact
+
+F32 = jnp.float32
+# Code on every tile of a program made of one elementwise op: skeleton, one step, one codelet,
+# one vertex; no exchange.
+ONE_OP_CODE = (
+    CONTROL_CODE_BYTES_PER_TILE
+    + CONTROL_CODE_BYTES_PER_STEP
+    + VERTEX_CODE_BYTES_PER_KIND
+    + VERTEX_STATE_BYTES_PER_OP
+)
+
+
+def _spec(*shape, dtype=F32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def negate(x):
+    return -x
+
+
+def _line_of(fn, text: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_linear_mapping_grain_and_minimum():
+    assert tiles_used(4096, 1472) == 4096 // MIN_BYTES_PER_TILE
+    assert tiles_used(4, 1472) == 1
+    m = linear_mapping(100, 4, start=3)
+    assert m.sum() == 104 and m[3] == 104  # one tile, whole grains
+    m = linear_mapping(4 * 1000 * TENSOR_GRAIN_BYTES + 8, 4)
+    assert list(m) == [1001 * 8, 1000 * 8, 1000 * 8, 1000 * 8]
+
+
+def test_hand_computed_negate():
+    # float32[1024] = 4096 B -> 32 tiles x 128 B; the result goes on the next 32 tiles.
+    target = get_target("ipu2")
+    r = analyze(read_program(portable_artifact(negate, _spec(1024))), target)
+    m = r.memory
+    assert m.code_bytes_per_tile == ONE_OP_CODE
+    assert m.max_tile_bytes == 128 + ONE_OP_CODE
+    assert int((m.per_tile_bytes == 128 + ONE_OP_CODE).sum()) == 64
+    assert m.peak_bytes == 2 * 4096 + ONE_OP_CODE * 1472
+    assert m.by_category["inputs"] == 4096 and m.by_category["outputs"] == 4096
+    assert m.argument_bytes == 4096 and m.output_bytes == 4096
+    assert m.tiles_out_of_memory == []
+
+
+def test_donation_works_in_place():
+    target = get_target("ipu2", 16)
+    x = _spec(16 * 1024)
+    kept = analyze(read_program(portable_artifact(negate, x)), target).memory
+    donated = analyze(read_program(portable_artifact(negate, x, donate_argnums=0)), target).memory
+    assert kept.max_tile_bytes == 2 * 4096 + ONE_OP_CODE
+    assert donated.max_tile_bytes == 4096 + ONE_OP_CODE
+    assert "donated inputs" in donated.by_category and "inputs" not in donated.by_category
+
+
+def _capacity_cases():
+    for version, full in (("ipu1", 1216), ("ipu2", 1472), ("ipu21", 1472)):
+        for tiles in (4, 16, 100, full):
+            yield version, tiles
+
+
+@pytest.mark.parametrize("version,tiles", list(_capacity_cases()))
+def test_capacity_edges(version, tiles):
+    # negate keeps its input and writes a result of the same size on every tile:
+    # per tile 2 * d + code, where d is the input's bytes per tile.
+    target = get_target(version, tiles)
+    limit = target.bytes_per_tile
+    d = (limit - ONE_OP_CODE) // 2 // TENSOR_GRAIN_BYTES * TENSOR_GRAIN_BYTES
+    fits = analyze(read_program(portable_artifact(negate, _spec(tiles * d // 4))), target)
+    assert fits.memory.max_tile_bytes == 2 * d + ONE_OP_CODE <= limit
+    assert fits.memory.tiles_out_of_memory == []
+    d += TENSOR_GRAIN_BYTES
+    over = analyze(read_program(portable_artifact(negate, _spec(tiles * d // 4))), target)
+    assert over.memory.max_tile_bytes == 2 * d + ONE_OP_CODE > limit
+    assert len(over.memory.tiles_out_of_memory) == tiles
+
+
+@pytest.mark.parametrize("version", ["ipu1", "ipu2", "ipu21"])
+def test_identity_holds_exactly_the_chip(version):
+    target = get_target(version)
+    per_tile = target.bytes_per_tile - CONTROL_CODE_BYTES_PER_TILE
+
+    def identity(x):
+        return x
+
+    code = portable_artifact(identity, _spec(target.num_tiles * per_tile // 4))
+    assert judge(code, target)[1].memory.max_tile_bytes == target.bytes_per_tile
+    code = portable_artifact(identity, _spec(target.num_tiles * per_tile // 4 + 2))
+    with pytest.raises(IpuOutOfMemoryError):
+        judge(code, target)
+
+
+def mlp(params, x):
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def test_larger_batch_never_smaller_memory():
+    target = get_target("ipu2")
+    params = [_spec(256, 256)] * 3
+    peaks, tiles = [], []
+    for batch in (8, 32, 128, 512, 2048):
+        m = analyze(read_program(portable_artifact(mlp, params, _spec(batch, 256))), target).memory
+        peaks.append(m.peak_bytes)
+        tiles.append(m.max_tile_bytes)
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1]
+    assert tiles == sorted(tiles)
+
+
+def oversized(x, w):
+    h = x @ w
+    return jnp.tanh(h)
+
+
+def test_out_of_memory_message_like_poplar():
+    target = get_target("ipu2", 4)
+    code = portable_artifact(oversized, _spec(512, 512), _spec(512, 512))
+    with pytest.raises(IpuOutOfMemoryError) as err:
+        judge(code, target)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("Out of memory on tile ")
+    assert lines[0].endswith("bytes used but tiles only have 638976 bytes of memory")
+    assert lines[1].startswith("4 tile(s) out of memory")
+    assert f"{__file__}:{_line_of(oversized, 'x @ w')}" in str(err.value)
+    assert "argument 0 (x)" in str(err.value)
+    for hint in ("activations", "float16", "more tiles", "donate"):
+        assert hint in str(err.value)
+
+
+def test_allow_out_of_memory_returns_the_report():
+    target = get_target("ipu2", 4)
+    code = portable_artifact(oversized, _spec(512, 512), _spec(512, 512))
+    program, report = judge(code, target, allow_out_of_memory=True)
+    assert report.memory.out_of_memory and len(report.memory.tiles_out_of_memory) == 4
+    assert report.memory.max_tile_bytes > target.bytes_per_tile
+    assert program.name == "jit_oversized"
+
+
+def test_liveness_curve_and_report_dict():
+    target = get_target("ipu2")
+    r = analyze(read_program(portable_artifact(mlp, [_spec(256, 256)] * 2, _spec(64, 256))), target)
+    m = r.memory
+    assert len(m.liveness) >= 4
+    assert max(p.bytes for p in m.liveness) == m.peak_bytes
+    assert m.liveness[m.peak_step].bytes == m.peak_bytes
+    assert m.peak_bytes == m.always_live_bytes + m.not_always_live_peak_bytes
+    assert int(np.argmax(m.per_tile_bytes)) == m.max_tile
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["memory"]["fits"] is True
+    assert len(d["memory"]["per_tile_bytes"]) == 1472
+    assert d["target"]["bytes_per_tile"] == 638976
+    assert {"total", "compute", "exchange", "sync"} <= set(d["cycles"])
+    assert all(op["location"] for op in d["ops"])
