@@ -58,6 +58,9 @@ def run_example(
         work = tmp_path_factory.mktemp(f"{name}-{platform}")
         args, _, _ = CASES[name]
         env = dict(os.environ, JAX_IPU_MNIST_DIR=str(work / "mnist-cache"))
+        if platform == "cpu":
+            # The baseline is plain JAX: it must not depend on the plugin loading.
+            env["JAX_PLATFORMS"] = "cpu"
         proc = subprocess.run(
             [sys.executable, str(EXAMPLES / f"{name}.py"), "--platform", platform]
             + args

@@ -62,10 +62,10 @@ def device_for(platform: str) -> jax.Device:
     try:
         return jax.devices(platform)[0]
     except RuntimeError as err:
-        raise SystemExit(
-            f"platform {platform!r} is not available ({err}). For 'ipu', install this project "
-            "(pip install -e .) so JAX discovers the jax_ipu plugin."
-        ) from err
+        hint = ""
+        if platform == "ipu":
+            hint = " Install this project (pip install -e .) so JAX discovers the jax_ipu plugin."
+        raise SystemExit(f"platform {platform!r} is not available ({err}).{hint}") from err
 
 
 def announce_dataset(data: ImageDataset) -> None:
