@@ -103,6 +103,11 @@ typedef struct {
 typedef struct { size_t struct_size; void *ext; void *buffer; void *out; } BufPtrArgs;
 typedef struct { size_t struct_size; void *ext; void *buffer; bool flag; } BufFlagArgs;
 typedef struct { size_t struct_size; void *ext; void *buffer; size_t size; } BufSizeArgs;
+typedef struct { size_t struct_size; void *ext; void *executable; size_t value; } ExeSizeArgs;
+typedef struct {
+  size_t struct_size; void *ext; void *memory; const char *kind; size_t kind_size;
+} MemoryKindArgs;
+typedef struct { size_t struct_size; void *ext; void *memory; int kind_id; } MemoryKindIdArgs;
 typedef struct {
   size_t struct_size; void *ext; const int64_t *minor_to_major; size_t minor_to_major_size;
   const int64_t *tile_dims; const size_t *tile_dim_sizes; size_t num_tiles;
@@ -141,6 +146,9 @@ typedef struct {
   size_t nbytes;
   void *device;           /* PJRT pointer of the device (devices outlive buffers) */
   void *memory;           /* PJRT pointer of the memory */
+  /* executable metadata, read by the GIL-free slots */
+  size_t num_replicas, num_partitions, num_outputs;
+  PyObject *kind;         /* memory kind (bytes) */
 } Handle;
 
 #define TO_PJRT(h) ((void *)&((Handle *)(h))->vtable)
@@ -148,6 +156,7 @@ typedef struct {
 
 static void handle_dealloc(Handle *self) {
   Py_XDECREF(self->obj);
+  Py_XDECREF(self->kind);
   free(self->dims);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -418,6 +427,30 @@ static PJRT_Error *c_Buffer_GetMemoryLayout(BufLayoutArgs *a) {
   return NULL;
 }
 
+#define EXE(a) FROM_PJRT((a)->executable)
+static PJRT_Error *c_Executable_NumReplicas(ExeSizeArgs *a) {
+  a->value = EXE(a)->num_replicas;
+  return NULL;
+}
+static PJRT_Error *c_Executable_NumPartitions(ExeSizeArgs *a) {
+  a->value = EXE(a)->num_partitions;
+  return NULL;
+}
+static PJRT_Error *c_Executable_NumOutputs(ExeSizeArgs *a) {
+  a->value = EXE(a)->num_outputs;
+  return NULL;
+}
+static PJRT_Error *c_Memory_Kind(MemoryKindArgs *a) {
+  PyObject *kind = FROM_PJRT(a->memory)->kind;
+  a->kind = PyBytes_AS_STRING(kind);
+  a->kind_size = (size_t)PyBytes_GET_SIZE(kind);
+  return NULL;
+}
+static PJRT_Error *c_Memory_Kind_Id(MemoryKindIdArgs *a) {
+  a->kind_id = 0; /* one memory kind per device */
+  return NULL;
+}
+
 /* Execute: unpack in C, run in Python, wrap outputs as handles here. */
 static Handle *new_buffer_handle(PyObject *obj);
 
@@ -492,6 +525,8 @@ static Handle *new_buffer_handle(PyObject *obj) {
   h->ndims = 0;
   h->deleted = 0;
   h->device = h->memory = NULL;
+  h->num_replicas = h->num_partitions = h->num_outputs = 0;
+  h->kind = NULL;
   PyObject *etype = PyObject_GetAttr(obj, etype_key);
   PyObject *dims = PyObject_GetAttr(obj, dims_key);
   PyObject *nbytes = PyObject_GetAttr(obj, nbytes_key);
@@ -523,8 +558,13 @@ fail:
   return NULL;
 }
 
-static PyObject *py_new_handle(PyObject *self, PyObject *obj) {
+/* new_handle(obj, kind=None): a handle for a client, device, memory (with its kind) or
+   executable (whose num_replicas, num_partitions and num_outputs are read once, here). */
+static PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs) {
   (void)self;
+  static char *names[] = {"obj", "kind", NULL};
+  PyObject *obj, *kind = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|S", names, &obj, &kind)) return NULL;
   Handle *h = PyObject_New(Handle, &HandleType);
   if (h == NULL) return NULL;
   Py_INCREF(obj);
@@ -536,6 +576,21 @@ static PyObject *py_new_handle(PyObject *self, PyObject *obj) {
   h->nbytes = 0;
   h->element_type = 0;
   h->device = h->memory = NULL;
+  h->num_replicas = h->num_partitions = h->num_outputs = 0;
+  Py_XINCREF(kind);
+  h->kind = kind;
+  static const char *counts[] = {"num_replicas", "num_partitions", "num_outputs"};
+  size_t *fields[] = {&h->num_replicas, &h->num_partitions, &h->num_outputs};
+  for (int i = 0; i < 3; i++) {
+    if (!PyObject_HasAttrString(obj, counts[i])) continue;
+    PyObject *v = PyObject_GetAttrString(obj, counts[i]);
+    *fields[i] = v ? PyLong_AsSize_t(v) : 0;
+    Py_XDECREF(v);
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(h);
+    return NULL;
+  }
   return (PyObject *)h;
 }
 
@@ -635,7 +690,8 @@ static PyMethodDef methods[] = {
     {"install", py_install, METH_VARARGS, "install(dispatch, execute): set the Python side."},
     {"seen_struct_sizes", py_seen_sizes, METH_NOARGS, "struct_size jaxlib passed, by slot."},
     {"slot_names", py_slot_names, METH_NOARGS, "Slot names in table order."},
-    {"new_handle", py_new_handle, METH_O, "A Handle around a runtime object."},
+    {"new_handle", (PyCFunction)(void (*)(void))py_new_handle, METH_VARARGS | METH_KEYWORDS,
+     "new_handle(obj, kind=None): a Handle around a runtime object."},
     {"new_buffer_handle", py_new_buffer_handle, METH_O, "A Handle around a runtime buffer."},
     {"give", py_give, METH_O, "Address of a handle, with one reference owned by jaxlib."},
     {"deref", py_deref, METH_O, "The Handle at an address jaxlib passed."},
@@ -672,6 +728,8 @@ PyMODINIT_FUNC PyInit__table(void) {
   SERVE(Buffer_Device) SERVE(Buffer_Memory) SERVE(Buffer_IsDeleted) SERVE(Buffer_IsOnCpu)
   SERVE(Buffer_OnDeviceSizeInBytes) SERVE(Buffer_ReadyEvent) SERVE(Buffer_GetMemoryLayout)
   SERVE(LoadedExecutable_Execute)
+  SERVE(Executable_NumReplicas) SERVE(Executable_NumPartitions) SERVE(Executable_NumOutputs)
+  SERVE(Memory_Kind) SERVE(Memory_Kind_Id)
   api.slots[SLOT_Buffer_UnpaddedDimensions] = (void *)c_Buffer_Dimensions;
   api.slots[SLOT_Buffer_Destroy] = (void *)c_release;
   api.slots[SLOT_Client_Destroy] = (void *)c_release;

@@ -16,7 +16,7 @@ from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMe
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.runtime.client import IpuClient, Settings
 from jax_ipu.runtime.device import IpuDevice, IpuMemory
-from jax_ipu.runtime.dtypes import DTYPE_NAMES
+from jax_ipu.runtime.dtypes import DTYPE_NAMES, numpy_dtype
 from jax_ipu.runtime.executable import IpuExecutable
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def client_create(args: Any) -> None:
     client = IpuClient(Settings.from_config())
     for device in client.devices:
         device.handle = _table.new_handle(device)
-        device.memory.handle = _table.new_handle(device.memory)
+        device.memory.handle = _table.new_handle(device.memory, kind=IpuMemory.kind.encode())
     client.handle = _table.new_handle(client)
     _CLIENTS.append(client)
     args.client = _table.give(client.handle)
@@ -254,24 +254,12 @@ def client_buffer_from_host(args: Any) -> None:
     dtype_name = DTYPE_NAMES.get(args.type)
     if dtype_name is None:
         raise IpuError(f"jax_ipu cannot hold arrays of PJRT element type {args.type}.")
-    dtype = np.dtype(dtype_name) if dtype_name not in _ML_DTYPES else _ML_DTYPES[dtype_name]
+    dtype = numpy_dtype(dtype_name)
     dims = tuple((ctypes.c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
     buffer = client.put(np.array(host, copy=True), device)
     args.buffer = _table.give(_table.new_buffer_handle(buffer))
     args.done_with_host_buffer = _table.READY_EVENT
-
-
-def _ml_dtypes() -> dict[str, np.dtype]:
-    import ml_dtypes
-
-    names = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz",
-             "float8_e4m3fnuz", "int4", "uint4", "int2", "uint2", "float8_e4m3", "float8_e3m4",
-             "float8_e8m0fnu", "float4_e2m1fn")
-    return {n: np.dtype(getattr(ml_dtypes, n)) for n in names if hasattr(ml_dtypes, n)}
-
-
-_ML_DTYPES = _ml_dtypes()
 
 
 def _host_view(data: int, dtype: np.dtype, dims: tuple[int, ...], strides_addr: int,
@@ -378,16 +366,6 @@ def memory_id(args: Any) -> None:
     args.value = _obj(args.memory).id
 
 
-@slot("Memory_Kind_Id", abi.MemoryInt)
-def memory_kind_id(args: Any) -> None:
-    args.value = IpuMemory.kind_id
-
-
-@slot("Memory_Kind", abi.MemoryString)
-def memory_kind(args: Any) -> None:
-    args.value, args.value_size = _string(None, IpuMemory.kind)
-
-
 @slot("Memory_DebugString", abi.MemoryString)
 @slot("Memory_ToString", abi.MemoryString)
 def memory_to_string(args: Any) -> None:
@@ -408,36 +386,21 @@ def executable_name(args: Any) -> None:
     args.value, args.value_size = _string(exe, exe.name)
 
 
-@slot("Executable_NumReplicas", abi.ExecutableSize)
-def executable_num_replicas(args: Any) -> None:
-    args.value = _obj(args.executable).num_replicas
-
-
-@slot("Executable_NumPartitions", abi.ExecutableSize)
-def executable_num_partitions(args: Any) -> None:
-    args.value = _obj(args.executable).num_partitions
-
-
-@slot("Executable_NumOutputs", abi.ExecutableSize)
-def executable_num_outputs(args: Any) -> None:
-    args.value = _obj(args.executable).num_outputs
-
-
 @slot("Executable_SizeOfGeneratedCodeInBytes", abi.ExecutableCodeSize)
 def executable_code_size(args: Any) -> None:
-    args.size_in_bytes = _obj(args.executable).report.memory_analysis()["generated_code"]
+    args.size_in_bytes = _obj(args.executable).memory_analysis()["generated_code"]
 
 
 @slot("Executable_GetCostAnalysis", abi.ExecutableCostAnalysis)
 def executable_cost_analysis(args: Any) -> None:
     exe = _obj(args.executable)
-    values = {k: float(v) for k, v in exe.report.cost_analysis().items()}
+    values = {k: float(v) for k, v in exe.cost_analysis().items()}
     args.properties, args.num_properties = _named_values(exe, "cost", values)
 
 
 @slot("Executable_GetCompiledMemoryStats", abi.ExecutableCompiledMemoryStats)
 def executable_memory_stats(args: Any) -> None:
-    figures = _obj(args.executable).report.memory_analysis()
+    figures = _obj(args.executable).memory_analysis()
     start = abi.ExecutableCompiledMemoryStats.generated_code_size_in_bytes.offset
     ctypes.memset(ctypes.addressof(args) + start, 0,
                   abi.ExecutableCompiledMemoryStats.STRUCT_SIZE - start)

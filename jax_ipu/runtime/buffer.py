@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from jax_ipu.runtime.dtypes import ELEMENT_TYPES
 from jax_ipu.runtime.device import IpuDevice
 
 
@@ -17,15 +16,16 @@ class IpuBuffer:
 
     __slots__ = ("array", "device", "dtype", "dims", "element_type", "nbytes", "deleted")
 
-    def __init__(self, array: Any, device: IpuDevice) -> None:
+    def __init__(self, array: Any, device: IpuDevice, dtype: np.dtype, dims: tuple[int, ...],
+                 nbytes: int, element_type: int) -> None:
         self.array = array
         self.device = device
-        self.dtype = np.dtype(array.dtype)
-        self.dims = tuple(array.shape)
-        self.element_type = ELEMENT_TYPES[self.dtype.name]
-        self.nbytes = int(array.nbytes)
+        self.dtype = dtype
+        self.dims = dims
+        self.element_type = element_type
+        self.nbytes = nbytes
         self.deleted = False
-        device.stats.alloc(self.nbytes)
+        device.stats.alloc(nbytes)
 
     def delete(self) -> None:
         """Free the array (explicit delete or donation); later reads raise."""

@@ -21,6 +21,7 @@ from jax_ipu.model.cycles import host_transfer_cycles
 from jax_ipu.model.targets import Target, get_target
 from jax_ipu.runtime.buffer import IpuBuffer
 from jax_ipu.runtime.device import IpuDevice
+from jax_ipu.runtime.dtypes import ELEMENT_TYPES
 from jax_ipu.runtime.executable import IpuExecutable
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ class IpuClient:
         array = batched_device_put(aval, self._shardings[device.id], [host], [device.cpu_device],
                                    True, True)
         device.advance(host_transfer_cycles(host.nbytes, device.target))
-        return IpuBuffer(array, device)
+        return IpuBuffer(array, device, host.dtype, host.shape, host.nbytes,
+                         ELEMENT_TYPES[host.dtype.name])
 
     def fetch(self, buffer: IpuBuffer) -> np.ndarray:
         """Device -> host: the buffer's values as a numpy array."""

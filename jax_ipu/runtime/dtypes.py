@@ -1,6 +1,9 @@
-"""PJRT element type codes (PJRT_Buffer_Type) by numpy dtype name.
+"""PJRT element type codes (PJRT_Buffer_Type) by numpy dtype name, and those numpy dtypes.
 
 The runtime tags buffers with these codes; the PJRT table hands them to jaxlib unchanged."""
+
+import ml_dtypes
+import numpy as np
 
 ELEMENT_TYPES = {
     "bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7,
@@ -12,3 +15,11 @@ ELEMENT_TYPES = {
 }
 DTYPE_NAMES = {code: name for name, code in ELEMENT_TYPES.items()}
 
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a dtype name, including ml_dtypes' (bfloat16, float8_*, int4...)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(getattr(ml_dtypes, name))

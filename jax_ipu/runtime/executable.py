@@ -12,7 +12,7 @@ from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.runtime.buffer import IpuBuffer
 from jax_ipu.runtime.device import IpuDevice
-from jax_ipu.runtime.dtypes import ELEMENT_TYPES
+from jax_ipu.runtime.dtypes import ELEMENT_TYPES, numpy_dtype
 
 
 class IpuExecutable:
@@ -32,15 +32,50 @@ class IpuExecutable:
         self.fits = fits
         self.name = program.name
         self.output_dtypes = [t.dtype for t in program.outputs]
-        self.output_element_types = [ELEMENT_TYPES.get(t.dtype, 0) for t in program.outputs]
+        self.output_element_types = [ELEMENT_TYPES[t.dtype] for t in program.outputs]
         self.output_dims = [tuple(t.shape) for t in program.outputs]
         self.donated = frozenset(program.aliases) | frozenset(program.donated_inputs)
         self.cycles = int(report.cycles.total)
         self.deleted = False
+        # (dtype, dims, nbytes, PJRT element type) of each output, computed once: Execute is the hot path.
+        self._outputs = [(numpy_dtype(t.dtype), tuple(t.shape), t.nbytes, ELEMENT_TYPES[t.dtype])
+                         for t in program.outputs]
 
     @property
     def num_outputs(self) -> int:
         return len(self.program.outputs)
+
+    def memory_analysis(self) -> dict[str, int]:
+        """The model's memory figures under the names of JAX's compiled.memory_analysis()."""
+        memory = self.report.memory
+        code = memory.code_bytes_per_tile * self.report.target.num_tiles
+        return {
+            "generated_code": code,
+            "argument": memory.argument_bytes,
+            "output": memory.output_bytes,
+            "alias": memory.alias_bytes,
+            "temp": memory.temporary_bytes,
+            "peak": memory.peak_bytes,
+            "total": memory.argument_bytes + memory.output_bytes - memory.alias_bytes
+            + memory.temporary_bytes + code,
+        }
+
+    def cost_analysis(self) -> dict[str, float]:
+        """JAX's cost_analysis() keys (flops, bytes accessed) plus the model's IPU figures."""
+        report, cycles = self.report, self.report.cycles
+        return {
+            "flops": report.flops,
+            "bytes accessed": report.bytes_accessed,
+            "ipu_cycles": cycles.total,
+            "ipu_compute_cycles": cycles.compute,
+            "ipu_exchange_cycles": cycles.exchange,
+            "ipu_sync_cycles": cycles.sync,
+            "ipu_host_exchange_cycles": cycles.host_exchange,
+            "ipu_seconds": report.seconds,
+            "ipu_clock_hz": report.target.clock_hz,
+            "ipu_max_tile_bytes": report.memory.max_tile_bytes,
+            "ipu_tiles_out_of_memory": len(report.memory.tiles_out_of_memory),
+        }
 
     def execute(self, arg_lists: Sequence[Sequence[IpuBuffer]],
                 non_donatable: Sequence[int]) -> tuple[list[list[IpuBuffer]], list[int]]:
@@ -54,7 +89,6 @@ class IpuExecutable:
             )
         if self.deleted:
             raise IpuExecuteError(f"Executable {self.name!r} has been deleted.")
-        donated = [i for i in self.donated if i not in non_donatable]
         if len(arg_lists) != 1:
             raise IpuExecuteError(
                 f"Program {self.name!r} runs on {len(arg_lists)} devices at once; "
@@ -62,12 +96,18 @@ class IpuExecutable:
             )
         args = arg_lists[0]
         device = self.devices[0]
-        keep = set(non_donatable) & self.donated
-        # XLA:CPU consumes aliased inputs; one jax must keep gets a private copy to consume.
-        cpu_args = [b.array.copy() if i in keep else b.array for i, b in enumerate(args)]
+        if self.donated:
+            donated = [i for i in self.donated if i not in non_donatable]
+            # XLA:CPU consumes aliased inputs; one jax must keep gets a private copy to consume.
+            cpu_args = [b.array.copy() if i in self.donated and i in non_donatable else b.array
+                        for i, b in enumerate(args)]
+        else:
+            donated = []
+            cpu_args = [b.array for b in args]
         results = self.cpu_executable.execute_sharded(cpu_args)
-        outputs = [IpuBuffer(per_device[0], device)
-                   for per_device in results.disassemble_into_single_device_arrays()]
+        outputs = [IpuBuffer(per_device[0], device, *meta)
+                   for per_device, meta in zip(results.disassemble_into_single_device_arrays(),
+                                               self._outputs, strict=True)]
         for i in donated:
             args[i].delete()
         device.advance(self.cycles)
