@@ -12,6 +12,7 @@ from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import tiles_used
 from jax_ipu.model.matmul import plan_matmul
 from jax_ipu.model.targets import (
+    ACCUMULATOR_BYTES,
     DIVIDE_CYCLES_PER_VECTOR,
     INDEX_CYCLES_PER_ELEMENT,
     SIMPLE_CYCLES_PER_VECTOR,
@@ -145,10 +146,12 @@ def reduction(op: Op, fused: list[Op], target: Target) -> OpCost:
     cost = OpCost(flops=elems, bytes_accessed=in_bytes + out.nbytes, compute_cycles=compute,
                   syncs=1, tiles=tiles_in)
     if partials > out.size:
-        acc_bytes = partials * 4
+        # second stage: partials cross the exchange and are summed where the output lives
+        acc_bytes = partials * ACCUMULATOR_BYTES
         tiles2 = max(1, tiles_used(acc_bytes, target.num_tiles))
         cost.exchange_cycles = math.ceil(acc_bytes / tiles2 / target.exchange_bytes_per_tile_cycle)
-        cost.compute_cycles += VERTEX_OVERHEAD_CYCLES + math.ceil(partials / tiles2 / 2)
+        cost.compute_cycles += VERTEX_OVERHEAD_CYCLES + math.ceil(
+            acc_bytes / tiles2 / VECTOR_BYTES)
         cost.syncs += 1
     return cost
 

@@ -78,13 +78,6 @@ def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
     return groups
 
 
-def fused_indices(ops: list[Op], uses: Counter) -> set[int]:
-    """Indices of a block's ops that are folded into another (their results are not stored)."""
-    groups = fusion(ops, uses)
-    fused_ids = {id(o) for producers in groups.values() for o in producers}
-    return {i for i, op in enumerate(ops) if id(op) in fused_ids}
-
-
 def _cost(op: Op, fused: list[Op], target: Target) -> OpCost:
     cls = op_class(op)
     try:

@@ -9,13 +9,12 @@ import math
 from dataclasses import dataclass, replace
 
 from jax_ipu.model.targets import (
+    ACCUMULATOR_BYTES,
     MATMUL_WORKSPACE_FRACTION,
     VECTOR_BYTES,
     VERTEX_OVERHEAD_CYCLES,
     Target,
 )
-
-ACCUMULATOR_BYTES = 4  # partial sums are kept in float32 (precision "x.32")
 
 
 @dataclass(frozen=True)
@@ -63,8 +62,7 @@ def _cost(g, m, n, k, splits, itemsize, target) -> MatmulPlan | None:
         # reduce-scatter of the float32 partials across the pk tiles sharing an output block
         moved = acc * (pk - 1) / pk
         exchange += math.ceil(moved / xbw)
-        compute += VERTEX_OVERHEAD_CYCLES + math.ceil(
-            moved / ACCUMULATOR_BYTES / (VECTOR_BYTES / ACCUMULATOR_BYTES))
+        compute += VERTEX_OVERHEAD_CYCLES + math.ceil(moved / VECTOR_BYTES)
         syncs += 2
     workspace = per_k * ks + acc
     return MatmulPlan(splits, serial, compute, exchange, syncs, int(workspace))

@@ -69,6 +69,7 @@ VERTEX_CODE_BYTES_PER_KIND = 1 * KIB  # [D] one codelet per distinct op kind on 
 VERTEX_STATE_BYTES_PER_OP = 32  # [D] one vertex instance per op per tile it runs on
 EXCHANGE_CODE_BYTES_PER_STEP = 64  # [D] per tile per exchange phase
 CONTROL_CODE_BYTES_PER_STEP = 16  # [D] per tile per BSP step
+ACCUMULATOR_BYTES = 4  # [P] partial sums in float32 ("16.32" / "32.32" precision)
 MATMUL_WORKSPACE_FRACTION = 0.5  # [D] share of a tile a matmul plan may use for its blocks
 TRANSCENDENTAL_CYCLES_PER_VECTOR = 8  # [D] exp, log, tanh, sin... on one vector
 DIVIDE_CYCLES_PER_VECTOR = 4  # [D]
