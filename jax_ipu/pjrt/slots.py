@@ -5,7 +5,6 @@ Runtime errors become PJRT errors with the right code; a slot with no handler an
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 
 from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.pjrt import _table, abi
-from jax_ipu.runtime.client import IpuClient, Settings
+from jax_ipu.runtime.client import IpuClient, Settings, live_clients
 from jax_ipu.runtime.device import IpuDevice, IpuMemory
 from jax_ipu.runtime.dtypes import DTYPE_NAMES, numpy_dtype
 from jax_ipu.runtime.executable import IpuExecutable
@@ -168,8 +167,6 @@ def plugin_attributes(args: Any) -> None:
 
 
 # ---- client ----
-_CLIENTS: list[IpuClient] = []  # clients live until the process ends, as their devices do
-
 
 @slot("Client_Create", abi.ClientCreate)
 def client_create(args: Any) -> None:
@@ -178,7 +175,6 @@ def client_create(args: Any) -> None:
         device.handle = _table.new_handle(device)
         device.memory.handle = _table.new_handle(device.memory, kind=IpuMemory.kind.encode())
     client.handle = _table.new_handle(client)
-    _CLIENTS.append(client)
     args.client = _table.give(client.handle)
 
 
@@ -475,8 +471,7 @@ def executable_optimized_program(args: Any) -> None:
 @slot("LoadedExecutable_Fingerprint", abi.ExecutableFingerprint)
 def executable_fingerprint(args: Any) -> None:
     exe = _obj(args.executable)
-    digest = hashlib.sha256(exe.code + exe.options).hexdigest()
-    args.executable_fingerprint, args.executable_fingerprint_size = _string(exe, digest)
+    args.executable_fingerprint, args.executable_fingerprint_size = _string(exe, exe.fingerprint)
 
 
 @slot("Executable_GetCompileOptions", abi.ExecutableSerialized)
@@ -581,7 +576,7 @@ def buffer_copy_to_memory(args: Any) -> None:
 
 
 def _client_of(device: IpuDevice) -> IpuClient:
-    for client in _CLIENTS:
+    for client in live_clients():
         if client.by_id.get(device.id) is device:
             return client
     raise IpuError(f"{device!r} belongs to no live ipu client")

@@ -5,6 +5,7 @@ Created once per process from the flags in config.py, when jax first asks for th
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,34 @@ class Settings:
         return cls(target=target, device_ids=ids)
 
 
+_LIVE: list[IpuClient] = []  # clients live until the process ends, as jaxlib keeps them
+
+
+def live_clients() -> list[IpuClient]:
+    """Every IPU Model client of this process (normally one, made by jax)."""
+    return list(_LIVE)
+
+
+def find_device(device_id: int) -> IpuDevice:
+    """The runtime device behind jax's ipu device with this id."""
+    for client in _LIVE:
+        if device_id in client.by_id:
+            return client.by_id[device_id]
+    raise IpuError(f"No ipu device with id {device_id} in this process.")
+
+
+def find_executable(fingerprint: str) -> IpuExecutable:
+    """The live executable with this fingerprint (what jax's compiled objects carry)."""
+    for client in _LIVE:
+        exe = client.executables.get(fingerprint)
+        if exe is not None:
+            return exe
+    raise IpuError(
+        "This compiled program is not an ipu program of this process (compile it with "
+        "jax.jit(f, backend='ipu') or on ipu arrays)."
+    )
+
+
 class IpuClient:
     """The devices of this process and the operations PJRT asks of them."""
 
@@ -85,6 +114,9 @@ class IpuClient:
         self._shardings = {d.id: jax.sharding.SingleDeviceSharding(d.cpu_device)
                            for d in self.devices}
         self.platform_version = f"IPU Model {settings.target.version} (jax-ipu)"
+        self.executables: weakref.WeakValueDictionary[str, IpuExecutable] = (
+            weakref.WeakValueDictionary())
+        _LIVE.append(self)
         logger.info("IPU Model client: %s", self.devices)
 
     @property
@@ -109,11 +141,13 @@ class IpuClient:
         program, report = judge(code, self.settings.target, allow_oom)
         cpu_exe = numerics.build(self.cpu_client, code, options,
                                  {d.id: d.cpu_device for d in devices})
-        return IpuExecutable(
+        exe = IpuExecutable(
             program, report, cpu_exe, devices, code, options_bytes,
             num_replicas=assignment.shape[0], num_partitions=assignment.shape[1],
             fits=not report.memory.out_of_memory,
         )
+        self.executables[exe.fingerprint] = exe
+        return exe
 
     def put(self, host: np.ndarray, device: IpuDevice) -> IpuBuffer:
         """Host -> device: copy `host` into the device's memory (one copy, as on hardware)."""

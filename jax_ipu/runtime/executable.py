@@ -4,6 +4,7 @@ Execute runs the numerics, donates what the program aliases, and advances the mo
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ class IpuExecutable:
         self.num_partitions = num_partitions
         self.fits = fits
         self.name = program.name
+        self.fingerprint = hashlib.sha256(code + options).hexdigest()
         self.output_dtypes = [t.dtype for t in program.outputs]
         self.output_element_types = [ELEMENT_TYPES[t.dtype] for t in program.outputs]
         self.output_dims = [tuple(t.shape) for t in program.outputs]

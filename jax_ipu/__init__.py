@@ -1,0 +1,46 @@
+"""jax-ipu: JAX on Graphcore IPU as a PJRT plugin, running on the IPU Model.
+
+Importing is optional (JAX finds the plugin by itself); this module adds the model's reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["ModelClock", "__version__", "clock", "report"]
+
+
+def report(compiled: Any) -> Any:
+    """The IPU Model's ProgramReport of a compiled ipu program.
+
+    `compiled` is what `jax.jit(f).lower(*args).compile()` returns (or `jax.jit(f, backend="ipu")`).
+    The report holds memory per tile, liveness, out-of-memory tiles, and cycles per op
+    (see jax_ipu.model.report.ProgramReport)."""
+    from jax_ipu.runtime.client import find_executable
+
+    fingerprint = compiled.runtime_executable().fingerprint
+    if isinstance(fingerprint, bytes):
+        fingerprint = fingerprint.decode()
+    return find_executable(fingerprint).report
+
+
+@dataclass(frozen=True)
+class ModelClock:
+    """Model time on one device: what the executions and host transfers so far would have taken
+    on the IPU, in cycles of its clock and in seconds."""
+
+    device_id: int
+    cycles: int
+    seconds: float
+
+
+def clock(device: Any = None) -> ModelClock:
+    """The model clock of an ipu device (default: the first ipu device)."""
+    import jax
+
+    from jax_ipu.runtime.client import find_device
+
+    device = jax.devices("ipu")[0] if device is None else device
+    runtime_device = find_device(device.id)
+    return ModelClock(device.id, runtime_device.cycles, runtime_device.seconds)
