@@ -5,6 +5,7 @@ Created once per process from the flags in config.py, when jax first asks for th
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 from jaxlib import xla_client as xc
 from jaxlib._jax import batched_device_put
 
-from jax_ipu import config
+from jax_ipu import config, profile
 from jax_ipu.compiler import numerics
 from jax_ipu.compiler.judge import judge
 from jax_ipu.errors import IpuConfigError, IpuError
@@ -116,6 +117,7 @@ class IpuClient:
         self.platform_version = f"IPU Model {settings.target.version} (jax-ipu)"
         self.executables: weakref.WeakValueDictionary[str, IpuExecutable] = (
             weakref.WeakValueDictionary())
+        self.profiler = profile.from_environment()
         _LIVE.append(self)
         logger.info("IPU Model client: %s", self.devices)
 
@@ -134,6 +136,7 @@ class IpuClient:
 
     def compile(self, code: bytes, options_bytes: bytes) -> IpuExecutable:
         """Judge the program with the model, then build its numerics on XLA:CPU."""
+        start = time.perf_counter()
         options = numerics.parse_options(options_bytes)
         assignment = numerics.device_assignment(options)
         devices = [self.device(int(i)) for i in assignment.reshape(-1)]
@@ -144,24 +147,34 @@ class IpuClient:
         exe = IpuExecutable(
             program, report, cpu_exe, devices, code, options_bytes,
             num_replicas=assignment.shape[0], num_partitions=assignment.shape[1],
-            fits=not report.memory.out_of_memory,
+            fits=not report.memory.out_of_memory, profiler=self.profiler,
         )
         self.executables[exe.fingerprint] = exe
+        if self.profiler:
+            self.profiler.compiled(exe, start, time.perf_counter())
         return exe
 
     def put(self, host: np.ndarray, device: IpuDevice) -> IpuBuffer:
         """Host -> device: copy `host` into the device's memory (one copy, as on hardware)."""
+        start = time.perf_counter()
         aval = jax.core.ShapedArray(host.shape, host.dtype)
         array = batched_device_put(aval, self._shardings[device.id], [host], [device.cpu_device],
                                    True, True)
         device.advance(host_transfer_cycles(host.nbytes, device.target))
+        if self.profiler:
+            self.profiler.transferred("host_to_device", host.nbytes, device, start,
+                                      time.perf_counter())
         return IpuBuffer(array, device, host.dtype, host.shape, host.nbytes,
                          ELEMENT_TYPES[host.dtype.name])
 
     def fetch(self, buffer: IpuBuffer) -> np.ndarray:
         """Device -> host: the buffer's values as a numpy array."""
+        start = time.perf_counter()
         values = buffer.to_numpy()
         buffer.device.advance(host_transfer_cycles(values.nbytes, buffer.device.target))
+        if self.profiler:
+            self.profiler.transferred("device_to_host", values.nbytes, buffer.device, start,
+                                      time.perf_counter())
         return values
 
     def copy(self, buffer: IpuBuffer, device: IpuDevice) -> IpuBuffer:

@@ -5,12 +5,14 @@ Execute runs the numerics, donates what the program aliases, and advances the mo
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from jax_ipu.errors import IpuExecuteError
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
+from jax_ipu.profile import Profiler
 from jax_ipu.runtime.buffer import IpuBuffer
 from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.dtypes import ELEMENT_TYPES, numpy_dtype
@@ -21,7 +23,8 @@ class IpuExecutable:
 
     def __init__(self, program: Program, report: ProgramReport, cpu_executable: Any,
                  devices: Sequence[IpuDevice], code: bytes, options: bytes,
-                 num_replicas: int, num_partitions: int, fits: bool) -> None:
+                 num_replicas: int, num_partitions: int, fits: bool,
+                 profiler: Profiler | None = None) -> None:
         self.program = program
         self.report = report
         self.cpu_executable = cpu_executable
@@ -31,6 +34,7 @@ class IpuExecutable:
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.fits = fits
+        self.profiler = profiler
         self.name = program.name
         self.fingerprint = hashlib.sha256(code + options).hexdigest()
         self.output_dtypes = [t.dtype for t in program.outputs]
@@ -106,6 +110,7 @@ class IpuExecutable:
         else:
             donated = []
             cpu_args = [b.array for b in args]
+        start = time.perf_counter() if self.profiler else 0.0
         results = self.cpu_executable.execute_sharded(cpu_args)
         outputs = [IpuBuffer(per_device[0], device, *meta)
                    for per_device, meta in zip(results.disassemble_into_single_device_arrays(),
@@ -113,4 +118,6 @@ class IpuExecutable:
         for i in donated:
             args[i].delete()
         device.advance(self.cycles)
+        if self.profiler:
+            self.profiler.executed(self, device, start, time.perf_counter())
         return [outputs], donated
