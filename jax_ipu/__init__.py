@@ -7,8 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jax_ipu.plugin import register_flags
+
 __version__ = "0.1.0"
 __all__ = ["ModelClock", "__version__", "clock", "report"]
+
+# jax.config.update("jax_ipu_...", v) needs the flags registered; jax itself only discovers the
+# plugin when a backend is first used.
+register_flags()
 
 
 def report(compiled: Any) -> Any:

@@ -12,6 +12,8 @@ from typing import Any
 
 from jax_ipu.errors import IpuConfigError
 
+__all__ = ["BY_NAME", "FLAGS", "Flag", "IpuConfigError", "engine_options", "value"]
+
 MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
 MAX_DEVICES = 64  # an IPU-POD64: the largest system the model describes
 
@@ -26,7 +28,6 @@ class Flag:
     help: str
     allowed: str
     check: Callable[[Any], bool]
-    choices: tuple[str, ...] = ()
 
     @property
     def env_var(self) -> str:
@@ -75,7 +76,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "jax_ipu_model_version", str, "ipu2",
         "The IPU the model emulates: ipu1 (GC2), ipu2 (GC200, M2000), ipu21 (Bow, C600).",
-        "'ipu1', 'ipu2' or 'ipu21'", lambda v: v in MODEL_VERSIONS, MODEL_VERSIONS,
+        "'ipu1', 'ipu2' or 'ipu21'", lambda v: v in MODEL_VERSIONS,
     ),
     Flag(
         "jax_ipu_model_num_tiles", int, 0,
@@ -171,6 +172,50 @@ def engine_options() -> dict[str, Any]:
             if text not in ("true", "false"):
                 raise IpuConfigError(
                     f"Option {key!r} in {ENGINE_OPTIONS_VAR} must be \"true\" or \"false\", "
+                    f"got {val!r}."
+                )
+            options[key] = text == "true"
+        else:
+            options[key] = str(val)
+    return options
+
+
+# Graphcore's host-side timeline (PopVision System Analyser), read from PVTI_OPTIONS.
+PVTI_OPTIONS_VAR = "PVTI_OPTIONS"
+PVTI_OPTIONS: dict[str, str] = {
+    "enable": "write a host timeline of compile, execute and host<->device transfers",
+    "directory": "where the timeline is written (default ./reports)",
+}
+
+
+def pvti_options() -> dict[str, Any]:
+    """PVTI_OPTIONS as a dict of known keys; malformed JSON or unknown keys raise."""
+    import json
+
+    raw = os.environ.get(PVTI_OPTIONS_VAR, "").strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise IpuConfigError(
+            f"{PVTI_OPTIONS_VAR} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
+            'Example: {"enable": "true", "directory": "./reports"}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise IpuConfigError(f"{PVTI_OPTIONS_VAR} must be a JSON object, got {raw!r}.")
+    options: dict[str, Any] = {}
+    for key, val in parsed.items():
+        if key not in PVTI_OPTIONS:
+            raise IpuConfigError(
+                f"Unknown option {key!r} in {PVTI_OPTIONS_VAR}; the IPU Model understands: "
+                f"{', '.join(sorted(PVTI_OPTIONS))}."
+            )
+        if key == "enable":
+            text = str(val).strip().lower()
+            if text not in ("true", "false"):
+                raise IpuConfigError(
+                    f"Option 'enable' in {PVTI_OPTIONS_VAR} must be \"true\" or \"false\", "
                     f"got {val!r}."
                 )
             options[key] = text == "true"

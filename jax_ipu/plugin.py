@@ -29,7 +29,8 @@ def check_versions(jaxlib_version: str = jaxlib.__version__) -> None:
         )
 
 
-def _register_flags() -> None:
+def register_flags() -> None:
+    """Make every jax_ipu flag a jax.config option (idempotent; `import jax_ipu` calls it)."""
     from jax._src import config as jax_config
 
     for flag in config.FLAGS:
@@ -39,17 +40,25 @@ def _register_flags() -> None:
 
         def validate(value: object, flag: config.Flag = flag) -> None:
             flag.parse(value)
+            _refuse_late_change(flag.name)
 
         if flag.kind is bool:
             jax_config.bool_state(flag.name, default, flag.help, validator=validate)
         elif flag.kind is int:
             jax_config.int_state(flag.name, default, flag.help, validator=validate)
-        elif flag.choices:
-            jax_config.enum_state(flag.name, flag.choices, default, flag.help,
-                                  extra_validator=validate)
-        else:
-            jax_config.string_state(flag.name, default, flag.help,
-                                    update_global_hook=validate)
+        else:  # not enum_state: its own check would speak first, without naming the flag
+            jax_config.string_or_object_state(flag.name, default, flag.help, validator=validate)
+
+
+def _refuse_late_change(name: str) -> None:
+    from jax_ipu.runtime.client import live_clients
+
+    if live_clients():
+        raise config.IpuConfigError(
+            f"{name} is read when the ipu backend starts, and it has started already: set it "
+            "before the first use of jax (or with its environment variable "
+            f"{config.BY_NAME[name].env_var})."
+        )
 
 
 def initialize() -> None:
@@ -63,7 +72,7 @@ def initialize() -> None:
 
     from jax_ipu.pjrt import slots
 
-    _register_flags()
+    register_flags()
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     xla_bridge.register_plugin(PLATFORM, priority=400, c_api=slots.install())

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from jaxlib.xla_client import XlaRuntimeError
 
 from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.pjrt import _table, abi
@@ -53,6 +54,10 @@ def _error_for(exc: BaseException) -> int:
         return _error("UNIMPLEMENTED", str(exc))
     if isinstance(exc, IpuError):
         return _error("FAILED_PRECONDITION", str(exc))
+    if isinstance(exc, XlaRuntimeError):  # from the XLA:CPU numerics: keep its code and words
+        code, _, message = str(exc).partition(": ")
+        if code in abi.CODE:
+            return _error(code, message)
     logger.exception("jax_ipu: internal error")
     return _error("INTERNAL", f"jax_ipu internal error: {type(exc).__name__}: {exc}")
 
