@@ -4,6 +4,7 @@ The runtime asks `from_environment()` once per client; it returns None unless re
 
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol
 
 
@@ -18,6 +19,29 @@ class Profiler(Protocol):
                     end: float) -> None: ...
 
 
+_RECORDERS: list[Any] = []
+
+
 def from_environment() -> Profiler | None:
     """The profiler POPLAR_ENGINE_OPTIONS and PVTI_OPTIONS ask for, or None."""
-    return None
+    from jax_ipu import config
+
+    # Cheap exit before importing the report writers: most processes ask for nothing.
+    if not (os.environ.get(config.ENGINE_OPTIONS_VAR, "").strip()
+            or os.environ.get(config.PVTI_OPTIONS_VAR, "").strip()):
+        return None
+    from jax_ipu.profile.options import read_options
+    from jax_ipu.profile.recorder import Recorder
+
+    options = read_options()
+    if not options.wanted:
+        return None
+    recorder = Recorder(options)
+    _RECORDERS.append(recorder)
+    return recorder
+
+
+def flush() -> None:
+    """Write pending execution profiles and timelines now instead of at exit."""
+    for recorder in _RECORDERS:
+        recorder.flush()

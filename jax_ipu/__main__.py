@@ -1,0 +1,105 @@
+"""Command line: `python -m jax_ipu info` (devices, chips, flags) and `report DIR` (summaries).
+
+`report` prints the text summary of report folders written under POPLAR_ENGINE_OPTIONS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from jax_ipu import config
+from jax_ipu.errors import IpuConfigError
+
+
+def _size(nbytes: float) -> str:
+    for div, unit in ((1024**3, "GiB"), (1024**2, "MiB"), (1024, "KiB")):
+        if nbytes >= div:
+            return f"{nbytes / div:,.1f} {unit}"
+    return f"{nbytes:,.0f} B"
+
+
+def info() -> int:
+    """Print the ipu devices, their chips and memory, every flag and the report options."""
+    import jax
+
+    from jax_ipu.runtime.client import find_device
+
+    devices = jax.devices("ipu")
+    print(f"jax {jax.__version__}; {len(devices)} ipu device(s)")
+    for d in devices:
+        t = find_device(d.id).target
+        print(f"  {d}: {d.device_kind}, {t.num_tiles:,} of {t.full_chip_tiles:,} "
+              f"tiles, {_size(t.bytes_per_tile)} per tile, {_size(t.total_bytes)} in all, "
+              f"clock {t.clock_hz / 1e9:.2f} GHz")
+    print("\nFlags (value, source, environment variable):")
+    width = max(len(f.name) for f in config.FLAGS)
+    for flag in config.FLAGS:
+        print(f"  {flag.name:<{width}}  {config.value(flag.name)!r:<10} "
+              f"{config.source(flag.name):<8} {flag.env_var}")
+    print("\nReport options:")
+    for var, read in ((config.ENGINE_OPTIONS_VAR, config.engine_options),
+                      (config.PVTI_OPTIONS_VAR, config.pvti_options)):
+        print(f"  {var}: {json.dumps(read()) if read() else '(not set)'}")
+    return 0
+
+
+def _load(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """A profile read back and checked against its schema; None when the file is absent."""
+    from jax_ipu.profile.schema import check
+
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    problems = check(doc, spec)
+    if problems:
+        raise ValueError(f"{path} does not match the jax-ipu report schema: "
+                         + "; ".join(problems[:5]))
+    return doc
+
+
+def report(directory: Path) -> int:
+    """Print the summary of one report folder, or of every program folder inside `directory`."""
+    from jax_ipu.profile import schema
+    from jax_ipu.profile.recorder import EXECUTION_FILE, GRAPH_FILE
+    from jax_ipu.profile.summary import render
+
+    candidates = [directory, *sorted(p for p in directory.iterdir() if p.is_dir())] \
+        if directory.is_dir() else []
+    folders = [p for p in candidates
+               if (p / GRAPH_FILE).exists() or (p / EXECUTION_FILE).exists()]
+    if not folders:
+        print(f"No jax-ipu report in {directory} (expected {GRAPH_FILE} or {EXECUTION_FILE}; "
+              "write reports with POPLAR_ENGINE_OPTIONS='{\"autoReport.all\":\"true\"}').",
+              file=sys.stderr)
+        return 1
+    for i, folder in enumerate(folders):
+        try:
+            graph = _load(folder / GRAPH_FILE, schema.GRAPH)
+            execution = _load(folder / EXECUTION_FILE, schema.EXECUTION)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(("\n" if i else "") + f"== {folder} ==")
+        print(render(graph, execution), end="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jax_ipu", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("info", help="devices, chip versions, tiles, memory and every flag")
+    show = commands.add_parser("report", help="print the text summary of a report folder")
+    show.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        return info() if args.command == "info" else report(args.directory)
+    except IpuConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
