@@ -70,10 +70,12 @@ def initialize() -> None:
     from jax._src import xla_bridge
     from jax._src.interpreters import mlir
 
+    from jax_ipu.compiler import lowering
     from jax_ipu.pjrt import slots
 
     register_flags()
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     xla_bridge.register_plugin(PLATFORM, priority=400, c_api=slots.install())
+    lowering.register(PLATFORM)
     _initialized = True

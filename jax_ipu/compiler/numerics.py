@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from jaxlib import xla_client as xc
 
+from jax_ipu.compiler import lowering, program
+
 
 def parse_options(serialized: bytes) -> Any:
     """The CompileOptions jax sent through PJRT."""
@@ -77,4 +79,16 @@ def build(cpu_client: Any, code: bytes, options: Any, cpu_device_of: Mapping[int
     cpu_ids = np.vectorize(lambda i: cpu_device_of[i].id, otypes=[np.int64])(assignment)
     options.executable_build_options.device_assignment = xc.DeviceAssignment.create(cpu_ids)
     ordered = tuple(cpu_device_of[i] for i in assignment.reshape(-1).tolist())
-    return cpu_client.compile_and_load(code, xc.DeviceList(ordered), options)
+    devices = xc.DeviceList(ordered)
+    if not _calls_host(code):
+        return cpu_client.compile_and_load(code, devices, options)
+    # Host callbacks are found by index among the callables the executable is built with;
+    # jaxlib takes callables only together with a parsed module, not with bytes.
+    module = program._parse_module(code, program._context())
+    return cpu_client.compile_and_load(module, devices, options,
+                                       host_callbacks=lowering.host_callbacks())
+
+
+def _calls_host(code: bytes | str) -> bool:
+    raw = code.encode() if isinstance(code, str) else code
+    return any(name.encode() in raw for name in lowering.HOST_CALLBACK_TARGETS)
