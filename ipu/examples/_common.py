@@ -122,15 +122,10 @@ def model_view(
     if device.platform != "ipu":
         print(f"model view of {label}: only on the ipu platform")
         return None
+    # Imported here: on --platform cpu the examples run on plain JAX, without the plugin.
     import jax_ipu
 
-    report_fn = getattr(jax_ipu, "report", None)
-    if report_fn is None:
-        return _view_from_jax_analyses(compiled, device, label)
-    return _view_from_report(report_fn(compiled), label, plot_dir)
-
-
-def _view_from_report(report: ProgramReport, label: str, plot_dir: str | None) -> dict[str, float]:
+    report: ProgramReport = jax_ipu.report(compiled)
     target, mem, cyc = report.target, report.memory, report.cycles
     print(
         f"model view of {label}: {target.version}, {target.num_tiles} tiles of "
@@ -181,31 +176,14 @@ def _view_from_report(report: ProgramReport, label: str, plot_dir: str | None) -
     }
 
 
-def _view_from_jax_analyses(
-    compiled: jax.stages.Compiled, device: jax.Device, label: str
-) -> dict[str, float]:
-    # Until jax_ipu.report exists, JAX's own analyses carry the model's totals.
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis() or {}
-    total = (
-        mem.argument_size_in_bytes
-        + mem.output_size_in_bytes
-        + mem.temp_size_in_bytes
-        + mem.generated_code_size_in_bytes
-        - mem.alias_size_in_bytes
-    )
-    tiles = int(getattr(device, "num_tiles", 0)) or None
-    figures = {"total_bytes": float(total), "flops": float(cost.get("flops", 0.0))}
-    print(f"model view of {label} (from memory_analysis and cost_analysis):")
-    print(
-        f"  memory: {total / MIB:.2f} MiB (arguments {mem.argument_size_in_bytes / MIB:.2f}, "
-        f"outputs {mem.output_size_in_bytes / MIB:.2f}, temporaries "
-        f"{mem.temp_size_in_bytes / MIB:.2f}, code {mem.generated_code_size_in_bytes / MIB:.2f})"
-    )
-    if tiles:
-        print(f"  average per tile over {tiles} tiles: {total / tiles / KIB:.1f} KiB")
-    print(f"  cost: {figures['flops'] / 1e6:.2f} MFLOP")
-    return figures
+def model_clock(device: jax.Device) -> float | None:
+    """Seconds on the device's model clock (modelled time of everything run so far); None off
+    the ipu platform. Differences between two readings time a piece of work on the IPU."""
+    if device.platform != "ipu":
+        return None
+    import jax_ipu
+
+    return jax_ipu.clock(device).seconds
 
 
 def summary(example: str, **figures: object) -> None:
