@@ -46,7 +46,7 @@ def info() -> int:
     return 0
 
 
-def _load(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+def _load(path: Path, spec: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """A profile read back and checked against its schema; None when the file is absent."""
     from jax_ipu.profile.schema import check
 
@@ -54,6 +54,8 @@ def _load(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
         return None
     doc = json.loads(path.read_text())
     problems = check(doc, spec)
+    if isinstance(doc, dict) and doc.get("kind") != kind:
+        problems.insert(0, f"kind is {doc.get('kind')!r}, not {kind!r}")
     if problems:
         raise ValueError(f"{path} does not match the jax-ipu report schema: "
                          + "; ".join(problems[:5]))
@@ -62,6 +64,8 @@ def _load(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
 
 def report(directory: Path) -> int:
     """Print the summary of one report folder, or of every program folder inside `directory`."""
+    from jax_ipu.profile import execution as execution_profile
+    from jax_ipu.profile import graph as graph_profile
     from jax_ipu.profile import schema
     from jax_ipu.profile.recorder import EXECUTION_FILE, GRAPH_FILE
     from jax_ipu.profile.summary import render
@@ -77,8 +81,8 @@ def report(directory: Path) -> int:
         return 1
     for i, folder in enumerate(folders):
         try:
-            graph = _load(folder / GRAPH_FILE, schema.GRAPH)
-            execution = _load(folder / EXECUTION_FILE, schema.EXECUTION)
+            graph = _load(folder / GRAPH_FILE, schema.GRAPH, graph_profile.KIND)
+            execution = _load(folder / EXECUTION_FILE, schema.EXECUTION, execution_profile.KIND)
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 1
