@@ -135,7 +135,7 @@ def render_html(graph: dict[str, Any] | None, execution: dict[str, Any] | None) 
                   f"{plots.human(mem['max_tile_bytes'], 'B')} of "
                   f"{plots.human(target['bytes_per_tile'], 'B')}"),
         ]
-        sections += _memory(graph) + _ops(graph)
+        sections += _memory(graph)
     if execution:
         run = execution["per_run"]
         cards += [
@@ -144,6 +144,9 @@ def render_html(graph: dict[str, Any] | None, execution: dict[str, Any] | None) 
             _card("runs", f"{execution['total']['runs']:,}"),
         ]
         sections += _execution(execution)
+    if graph:
+        # The op table can be long; the plots above stay on the first screen.
+        sections += _ops(graph)
     warnings = (graph or {}).get("warnings", [])
     if warnings:
         sections.append("<h2>Warnings</h2><ul>" +

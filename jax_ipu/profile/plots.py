@@ -118,12 +118,15 @@ def op_cycles(ops: Sequence[dict[str, Any]]) -> str:
     bar, gap, label_w = 18, 6, 360
     height = TOP + BOTTOM + len(shown) * (bar + gap)
     top = max(max((o["cycles"] for o in shown), default=0), 1)
-    plot_w = WIDTH - label_w - RIGHT
+    plot_w = WIDTH - label_w - RIGHT - 60  # room for the value after the longest bar
     body = []
     for i, op in enumerate(shown):
         y = TOP + i * (bar + gap)
+        # Ops of one kind differ by their source line: show "dot_general  mlp.py:3 (loss)".
+        where = op["location"].rsplit("/", 1)[-1]
+        label = f'{op["name"].split(".", 1)[-1]}  {where}'
         body.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">'
-                    f'{escape(op["name"][:48])}</text>')
+                    f'{escape(label[:56])}</text>')
         x = float(label_w)
         for phase in ("sync", "exchange", "compute", "host_exchange"):
             w = plot_w * op[phase] / top
