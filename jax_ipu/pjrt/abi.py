@@ -162,7 +162,8 @@ ExecutableCompiledMemoryStats = _struct(
     "output_size_in_bytes:i64 alias_size_in_bytes:i64 temp_size_in_bytes:i64 "
     "host_generated_code_size_in_bytes:i64 host_argument_size_in_bytes:i64 "
     "host_output_size_in_bytes:i64 host_alias_size_in_bytes:i64 host_temp_size_in_bytes:i64 "
-    "peak_memory_in_bytes:i64 total_size_in_bytes:i64",
+    "peak_memory_in_bytes:i64 total_size_in_bytes:i64 total_allocation_bytes:i64 "
+    "indefinite_allocations:i64 peak_unpadded_heap_bytes:i64",
 )
 ExecutableSerialized = _struct(
     "PJRT_Executable_GetCompileOptions_Args",
