@@ -71,10 +71,14 @@
   X(Device_ClearMemoryStats) X(TopologyDescription_MakeCanonicalShapeForMemorySpace) \
   X(TopologyDescription_GetMemorySpaceKindIds)
 
+/* Functions of the extensions chained from the table (after the slots, in Python's numbering). */
+#define EXTENSION_FNS(X) X(Shardings_ParameterShardings) X(Shardings_OutputShardings)
+
 #define SLOT_ENUM(name) SLOT_##name,
 enum { SLOTS(SLOT_ENUM) NUM_SLOTS };
+enum { EXT_BEFORE_FIRST = NUM_SLOTS - 1, EXTENSION_FNS(SLOT_ENUM) NUM_HANDLERS };
 #define SLOT_NAME(name) "PJRT_" #name,
-static const char *slot_names[NUM_SLOTS] = {SLOTS(SLOT_NAME)};
+static const char *slot_names[NUM_HANDLERS] = {SLOTS(SLOT_NAME) EXTENSION_FNS(SLOT_NAME)};
 
 /* ---- argument layouts read or written in C (PJRT C API 0.112) ---- */
 typedef struct { size_t struct_size; void *ext; void *obj; } ObjArgs; /* every *_Destroy */
@@ -132,6 +136,13 @@ typedef struct { size_t struct_size; void *ext; int major; int minor; } ApiVersi
 typedef struct {
   size_t struct_size; void *extension_start; ApiVersion version; void *slots[NUM_SLOTS];
 } Api;
+
+/* PJRT_Shardings_Extension: lets jax read the output shardings XLA's partitioner chose. */
+enum { EXTENSION_TYPE_SHARDINGS = 19 };
+typedef struct { size_t struct_size; int type; void *next; } ExtensionBase;
+typedef struct {
+  ExtensionBase base; void *parameter_shardings; void *output_shardings;
+} ShardingsExtension;
 
 /* ---- handles: every PJRT object jaxlib holds is one of these Python objects ---- */
 typedef struct {
@@ -205,7 +216,7 @@ static size_t queue_len, queue_cap;
 static volatile size_t queue_pending;
 
 /* The struct_size jaxlib last passed to each slot: an ABI self-check, read by the tests. */
-static size_t seen_size[NUM_SLOTS];
+static size_t seen_size[NUM_HANDLERS];
 #define SEEN(slot, args) (seen_size[slot] = *(const size_t *)(args))
 
 static void noop_deleter(void *unused) { (void)unused; } /* plugin-owned data outlives the call */
@@ -298,6 +309,8 @@ static PJRT_Error *forward(int slot, void *args) {
 #define TRAMPOLINE(name) \
   static PJRT_Error *tramp_##name(void *args) { return forward(SLOT_##name, args); }
 SLOTS(TRAMPOLINE)
+EXTENSION_FNS(TRAMPOLINE)
+static ShardingsExtension shardings_extension;
 
 /* ---- slots served in C ---- */
 static PJRT_Error *c_Error_Destroy(ErrorDestroyArgs *a) {
@@ -668,7 +681,7 @@ static PyObject *py_seen_sizes(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
   PyObject *d = PyDict_New();
-  for (int i = 0; i < NUM_SLOTS; i++) {
+  for (int i = 0; i < NUM_HANDLERS; i++) {
     if (!seen_size[i]) continue;
     PyObject *v = PyLong_FromSize_t(seen_size[i]);
     PyDict_SetItemString(d, slot_names[i], v);
@@ -680,8 +693,9 @@ static PyObject *py_seen_sizes(PyObject *self, PyObject *unused) {
 static PyObject *py_slot_names(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  PyObject *t = PyTuple_New(NUM_SLOTS);
-  for (int i = 0; i < NUM_SLOTS; i++) PyTuple_SET_ITEM(t, i, PyUnicode_FromString(slot_names[i]));
+  PyObject *t = PyTuple_New(NUM_HANDLERS);
+  for (int i = 0; i < NUM_HANDLERS; i++)
+    PyTuple_SET_ITEM(t, i, PyUnicode_FromString(slot_names[i]));
   return t;
 }
 
@@ -716,7 +730,12 @@ PyMODINIT_FUNC PyInit__table(void) {
   dims_key = PyUnicode_InternFromString("dims");
   nbytes_key = PyUnicode_InternFromString("nbytes");
   api.struct_size = sizeof api;
-  api.extension_start = NULL;
+  shardings_extension.base.struct_size = sizeof shardings_extension;
+  shardings_extension.base.type = EXTENSION_TYPE_SHARDINGS;
+  shardings_extension.base.next = NULL;
+  shardings_extension.parameter_shardings = (void *)tramp_Shardings_ParameterShardings;
+  shardings_extension.output_shardings = (void *)tramp_Shardings_OutputShardings;
+  api.extension_start = &shardings_extension;
   api.version.struct_size = sizeof api.version;
   api.version.major = API_MAJOR;
   api.version.minor = API_MINOR;

@@ -211,6 +211,11 @@ BufferMemoryLayout = _with(
     ],
 )
 
+ExecutableShardings = _struct(
+    "PJRT_Shardings_PJRT_Executable_OutputShardings_Args",
+    "executable:ptr num_outputs:size shardings:ptr sharding_sizes:ptr",
+)
+
 TopologyString = _struct(
     "PJRT_TopologyDescription_String_Args", "topology:ptr value:ptr value_size:size"
 )

@@ -486,6 +486,33 @@ def executable_compile_options(args: Any) -> None:
     args.serialized, args.deleter = 0, _table.NOOP_DELETER
 
 
+def _shardings(args: Any, which: str) -> None:
+    exe = _obj(args.executable)
+    protos = exe.shardings(which)
+    if protos is None:
+        raise NotImplementedError(f"{exe.name} has no {which} shardings (one device)")
+
+    def make() -> Any:
+        blobs = [ctypes.create_string_buffer(p, len(p) or 1) for p in protos]
+        ptrs = (ctypes.c_void_p * max(len(protos), 1))(*[ctypes.addressof(b) for b in blobs])
+        sizes = (ctypes.c_size_t * max(len(protos), 1))(*[len(p) for p in protos])
+        return blobs, ptrs, sizes
+
+    _, ptrs, sizes = _keep(exe, ("shardings", which), make)
+    args.num_outputs = len(protos)
+    args.shardings, args.sharding_sizes = ctypes.addressof(ptrs), ctypes.addressof(sizes)
+
+
+@slot("Shardings_OutputShardings", abi.ExecutableShardings)
+def executable_output_shardings(args: Any) -> None:
+    _shardings(args, "output")
+
+
+@slot("Shardings_ParameterShardings", abi.ExecutableShardings)
+def executable_parameter_shardings(args: Any) -> None:
+    _shardings(args, "parameter")
+
+
 @slot("LoadedExecutable_GetExecutable", abi.LoadedGetExecutable)
 def loaded_get_executable(args: Any) -> None:
     args.executable = _table.give(_table.deref(args.loaded_executable))

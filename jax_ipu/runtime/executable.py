@@ -13,7 +13,7 @@ from jax_ipu.errors import IpuExecuteError
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.profile import Profiler
-from jax_ipu.runtime.buffer import IpuBuffer
+from jax_ipu.runtime.buffer import IpuBuffer, assemble_shards, wrap_cpu_array
 from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.dtypes import ELEMENT_TYPES, numpy_dtype
 
@@ -43,6 +43,7 @@ class IpuExecutable:
         self.donated = frozenset(program.aliases) | frozenset(program.donated_inputs)
         self.cycles = int(report.cycles.total)
         self.deleted = False
+        self._cpu_devices = tuple(d.cpu_device for d in self.devices)
         # (dtype, dims, nbytes, PJRT element type) of each output, computed once: Execute is the hot path.
         self._outputs = [(numpy_dtype(t.dtype), tuple(t.shape), t.nbytes, ELEMENT_TYPES[t.dtype])
                          for t in program.outputs]
@@ -50,6 +51,13 @@ class IpuExecutable:
     @property
     def num_outputs(self) -> int:
         return len(self.program.outputs)
+
+    def shardings(self, which: str) -> list[bytes] | None:
+        """Serialized OpShardings XLA chose for the parameters or outputs (None on one device)."""
+        exe = self.cpu_executable
+        found = (exe.get_parameter_shardings() if which == "parameter"
+                 else exe.get_output_shardings())
+        return None if found is None else [s.SerializeToString() for s in found]
 
     def memory_analysis(self) -> dict[str, int]:
         """The model's memory figures under the names of JAX's compiled.memory_analysis()."""
@@ -96,17 +104,12 @@ class IpuExecutable:
         if self.deleted:
             raise IpuExecuteError(f"Executable {self.name!r} has been deleted.")
         if len(arg_lists) != 1:
-            raise IpuExecuteError(
-                f"Program {self.name!r} runs on {len(arg_lists)} devices at once; "
-                "multi-device execution is not supported on the IPU Model yet."
-            )
+            return self._execute_on_many(arg_lists, non_donatable)
         args = arg_lists[0]
         device = self.devices[0]
         if self.donated:
             donated = [i for i in self.donated if i not in non_donatable]
-            # XLA:CPU consumes aliased inputs; one jax must keep gets a private copy to consume.
-            cpu_args = [b.array.copy() if i in self.donated and i in non_donatable else b.array
-                        for i, b in enumerate(args)]
+            cpu_args = [self._cpu_array(b, i, non_donatable) for i, b in enumerate(args)]
         else:
             donated = []
             cpu_args = [b.array for b in args]
@@ -121,3 +124,38 @@ class IpuExecutable:
         if self.profiler:
             self.profiler.executed(self, device, start, time.perf_counter())
         return [outputs], donated
+
+    def _cpu_array(self, buffer: IpuBuffer, index: int, non_donatable: Sequence[int]) -> Any:
+        # XLA:CPU consumes aliased inputs; one jax must keep gets a private copy to consume.
+        if index in self.donated and index in non_donatable:
+            return buffer.array.copy()
+        return buffer.array
+
+    def _execute_on_many(self, arg_lists: Sequence[Sequence[IpuBuffer]],
+                         non_donatable: Sequence[int]) -> tuple[list[list[IpuBuffer]], list[int]]:
+        """One SPMD/replicated program on several devices; collectives run in XLA:CPU."""
+        if len(arg_lists) != len(self.devices):
+            raise IpuExecuteError(
+                f"Program {self.name!r} was compiled for {len(self.devices)} devices but was "
+                f"given arguments for {len(arg_lists)}."
+            )
+        donated = [i for i in self.donated if i not in non_donatable]
+        cpu_args = [
+            assemble_shards([self._cpu_array(args[i], i, non_donatable) for args in arg_lists],
+                            self._cpu_devices)
+            for i in range(len(arg_lists[0]))
+        ]
+        start = time.perf_counter() if self.profiler else 0.0
+        per_output = self.cpu_executable.execute_sharded(cpu_args)
+        per_output = per_output.disassemble_into_single_device_arrays()
+        outputs = [[wrap_cpu_array(shards[d], device) for shards in per_output]
+                   for d, device in enumerate(self.devices)]
+        for args in arg_lists:
+            for i in donated:
+                args[i].delete()
+        end = time.perf_counter() if self.profiler else 0.0
+        for device in self.devices:
+            device.advance(self.cycles)
+            if self.profiler:
+                self.profiler.executed(self, device, start, end)
+        return outputs, donated

@@ -1,0 +1,86 @@
+"""Several IPU Model devices: pmap, shard_map and sharded jit with collectives, against CPU.
+
+Each device count runs in its own interpreter with as many CPU devices, so results compare
+program by program with the same device count."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._subprocess import run_python
+
+PROGRAMS = """
+    import jax, jax.numpy as jnp, numpy as np
+    from jax import lax, shard_map
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    n = {n}
+    ipus, cpus = jax.devices("ipu"), jax.devices("cpu")
+    assert len(ipus) == len(cpus) == n, (ipus, cpus)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+
+    def collectives(v):
+        i = lax.axis_index("i")
+        return dict(
+            psum=lax.psum(v, "i"), pmean=lax.pmean(v, "i"), pmax=lax.pmax(v, "i"),
+            gather=lax.all_gather(v, "i"),
+            perm=lax.ppermute(v, "i", [(k, (k + 1) % n) for k in range(n)]),
+            index=v * i,
+            scatter=lax.psum_scatter(jnp.tile(v, n), "i", tiled=True),
+            to_all=lax.all_to_all(jnp.tile(v[None], (n, 1)), "i", 0, 0, tiled=True),
+        )
+
+    def run(devices):
+        out = {{}}
+        out["pmap"] = jax.pmap(collectives, axis_name="i", devices=devices)(x)
+        if n % 2 == 0 and n > 1:
+            # jax 0.10 implements pmap with shard_map and refuses nested pmap on every platform:
+            # ipu must fail the same way cpu does.
+            nested = jax.pmap(jax.pmap(lambda v: lax.psum(v, ("a", "b")), axis_name="b"),
+                              axis_name="a", devices=devices)
+            try:
+                nested(x.reshape(2, n // 2, 6))
+            except ValueError as e:
+                out["nested_error"] = np.array(["should match the mesh" in str(e)])
+            vmapped = jax.pmap(jax.vmap(lambda v: lax.psum(v, "a"), axis_name="b"),
+                               axis_name="a", devices=devices)
+            out["pmap_of_vmap"] = vmapped(x.reshape(n, 1, 6))
+        mesh = Mesh(np.array(devices), ("i",))
+        sm = jax.jit(shard_map(lambda v: lax.psum(v, "i") + v, mesh=mesh, in_specs=P("i"),
+                               out_specs=P("i")))
+        out["shard_map"] = sm(jax.device_put(x, NamedSharding(mesh, P("i"))))
+        sharded = jax.device_put(x, NamedSharding(mesh, P("i", None)))
+        def step(v):
+            v = lax.with_sharding_constraint(v * 2, NamedSharding(mesh, P(None, None)))
+            return jnp.tanh(v @ v.T).sum(0)
+        out["jit"] = jax.jit(step, out_shardings=NamedSharding(mesh, P("i")))(sharded)
+        assert sharded.sharding.device_set == set(devices)
+        assert out["jit"].sharding.device_set == set(devices)
+        return jax.tree.map(np.asarray, out)
+
+    got, want = run(ipus), run(cpus)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), got, want)
+    print("OK", sorted(got), sorted(got["pmap"]))
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16])
+def test_collectives_and_shardings_match_cpu(n):
+    proc = run_python(PROGRAMS.format(n=n), env={
+        "JAX_IPU_DEVICE_COUNT": str(n),
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}",
+    }, timeout=300)
+    assert proc.stdout.startswith("OK"), proc.stdout
+    assert "shard_map" in proc.stdout and "psum" in proc.stdout
+
+
+def test_program_for_more_devices_than_exist_says_how_many():
+    proc = run_python("""
+        import jax, numpy as np
+        try:
+            jax.pmap(lambda v: v * 2, devices=jax.devices("ipu"))(np.ones((3, 2), np.float32))
+        except Exception as e:
+            print("ERROR", e)
+    """, env={"JAX_IPU_DEVICE_COUNT": "2"})
+    assert "ERROR" in proc.stdout
