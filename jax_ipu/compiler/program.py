@@ -10,6 +10,7 @@ import os
 from collections import ChainMap
 from typing import Any
 
+import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 from jaxlib.mlir.dialects import chlo, sdy, stablehlo
@@ -56,6 +57,8 @@ _STABLEHLO_ENUMS = (stablehlo.ComparisonDirectionAttr, stablehlo.ComparisonTypeA
                     stablehlo.PrecisionAttr, stablehlo.FftTypeAttr, stablehlo.TransposeAttr,
                     stablehlo.RngDistributionAttr, stablehlo.RngAlgorithmAttr)
 _MAX_ATTR_TEXT = 200
+# Device-id tables the collectives model reads whole: kept at any size, splats expanded.
+_DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 
 
 def _package_dirs(*names: str) -> tuple[str, ...]:
@@ -133,8 +136,6 @@ def _dense_to_py(attr: ir.DenseElementsAttr) -> Any:
         return _attr_to_py(attr.get_splat_value())
     if ir.ShapedType(attr.type).rank and len(attr) <= 64:
         try:
-            import numpy as np
-
             return np.array(attr).tolist()
         except (TypeError, ValueError, RuntimeError):
             return None
@@ -258,7 +259,9 @@ class _Reader:
         attrs: dict[str, Any] = {}
         for name in op.attributes:
             try:
-                attrs[name] = _attr_to_py(op.attributes[name])
+                attr = op.attributes[name]
+                attrs[name] = np.array(attr).tolist() if name in _DEVICE_ID_ATTRS and \
+                    isinstance(attr, ir.DenseElementsAttr) else _attr_to_py(attr)
             except Exception:  # an odd attribute (e.g. a complex constant) must never stop us
                 logger.debug("unreadable attribute %s on %s", name, op.name, exc_info=True)
                 attrs[name] = None

@@ -4,6 +4,8 @@ analyze() is the entry point: one Program and one Target in, one ProgramReport o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jax_ipu.model.cycles import OpRow, cost_program, host_transfer_cycles
 from jax_ipu.model.ir import Program
 from jax_ipu.model.memory import analyze_memory
@@ -33,11 +35,15 @@ def _op_report(row: OpRow, target: Target) -> OpReport:
         compute_cycles=c.compute_cycles * n, exchange_cycles=c.exchange_cycles * n,
         sync_cycles=sync * n, host_cycles=host * n,
         cycles=(c.compute_cycles + c.exchange_cycles + sync + host) * n,
-        tiles=c.tiles, note=c.note)
+        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n)
 
 
 def analyze(program: Program, target: Target) -> ProgramReport:
-    """The model's judgement of a program on a target: memory per tile and cycles."""
+    """The model's judgement of a program on a target: memory per tile and cycles.
+
+    The report's target counts the IPUs the program runs on (replicas x partitions)."""
+    devices = (program.num_replicas or 1) * (program.num_partitions or 1)
+    target = replace(target, num_ipus=max(target.num_ipus, devices))
     rows = cost_program(program, target)
     ops = [_op_report(r, target) for r in rows]
     memory = analyze_memory(program, rows, target)

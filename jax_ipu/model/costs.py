@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jax_ipu.model.collectives import plan_collective
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import tiles_used
 from jax_ipu.model.matmul import plan_matmul
@@ -46,11 +47,12 @@ OP_CLASSES: dict[str, str] = {
     "transpose": "rearrange", "copy": "rearrange", "pad": "rearrange", "reverse": "rearrange",
     "slice": "slice", "dynamic_slice": "slice", "dynamic_update_slice": "slice",
     "concatenate": "concat", "gather": "gather", "scatter": "scatter", "sort": "sort",
-    "while": "control", "case": "control", "if": "control",
+    "while": "control", "case": "control", "if": "control", "manual_computation": "control",
     "constant": "constant",
     "reshape": "free", "get_tuple_element": "free", "tuple": "free",
     "optimization_barrier": "free", "after_all": "free", "create_token": "free",
     "replica_id": "free", "partition_id": "free", "get_dimension_size": "free",
+    "return": "free",  # sdy.return ends a shard_map body (stablehlo.return is read away)
     "custom_call": "custom_call", "infeed": "host", "outfeed": "host", "send": "host",
     "recv": "host",
     "all_reduce": "collective", "all_gather": "collective", "reduce_scatter": "collective",
@@ -81,6 +83,7 @@ class OpCost:
     tiles: int = 0
     workspace_bytes_per_tile: int = 0
     host_bytes: int = 0
+    link_bytes: int = 0  # bytes one IPU sends to other IPUs
     unmodelled: bool = False
     note: str = ""
 
@@ -271,11 +274,21 @@ def custom_call(op: Op, fused: list[Op], target: Target) -> OpCost:
 
 
 def collective(op: Op, fused: list[Op], target: Target) -> OpCost:
-    moved = sum(t.nbytes for t in op.operands)
-    link_bytes_per_cycle = target.ipu_links * target.ipu_link_bytes_per_s / target.clock_hz
-    return OpCost(bytes_accessed=2 * moved, syncs=1,
-                  exchange_cycles=math.ceil(moved / link_bytes_per_cycle),
-                  note="IPU-Link transfer; collectives are not modelled in detail")
+    """Link time from the collective's plan, plus the sums (or maxima...) on the tiles."""
+    plan = plan_collective(op, target)
+    data = _main(op)
+    cost = OpCost(
+        bytes_accessed=sum(t.nbytes for t in op.operands + op.results), syncs=1,
+        exchange_cycles=plan.cycles, link_bytes=plan.link_bytes, note=plan.describe())
+    if plan.reduced_bytes:
+        reduced = TensorType((plan.reduced_bytes // max(1, data.itemsize),), data.dtype)
+        tiles, per_tile = _spread(reduced, target)
+        body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+        # One combining vertex per step that received data to combine.
+        cost.compute_cycles = plan.combine_steps * VERTEX_OVERHEAD_CYCLES + \
+            math.ceil(per_tile / _vector_elems(data.dtype)) * body
+        cost.flops, cost.tiles = reduced.size, tiles
+    return cost
 
 
 def unmodelled(op: Op, fused: list[Op], target: Target) -> OpCost:

@@ -98,7 +98,7 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
     for i, op in enumerate(ops):
         if id(op) in skip:
             continue
-        if op.kind in ("while", "case", "if"):
+        if op_class(op) == "control":
             rows.extend(_control(op, target, uses, executions, depth))
             continue
         fused = groups.get(i, [])
@@ -108,6 +108,13 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
 
 def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int
              ) -> list[OpRow]:
+    if op.kind == "manual_computation":
+        # shard_map: the region is what every device runs, on its own shard, collectives
+        # included; the wrapper itself does nothing on the device.
+        head = OpRow(op, "control", OpCost(note="shard_map body: per-device ops follow"),
+                     executions, depth)
+        return [head, *(row for r in op.regions
+                        for row in cost_block(r.ops, target, uses, executions, depth + 1))]
     head = OpRow(op, "control", OpCost(syncs=1), executions, depth)
     if op.kind == "while" and len(op.regions) == 2:
         trips = op.trip_count

@@ -80,6 +80,7 @@ class OpReport:
     cycles: float
     tiles: int
     note: str
+    link_bytes: int = 0  # bytes one IPU sends to other IPUs over IPU-Links or GW-Links
 
 
 @dataclass
@@ -115,7 +116,8 @@ class ProgramReport:
         - schema_version: int; program: str (e.g. "jit_f")
         - target: {version, num_tiles, bytes_per_tile, total_bytes, clock_hz,
           fp16_flops_per_tile_cycle, fp32_flops_per_tile_cycle, exchange_bytes_per_tile_cycle,
-          sync_cycles, host_bytes_per_s, peak_fp16_flops_per_s, peak_fp32_flops_per_s, ...}
+          sync_cycles, host_bytes_per_s, peak_fp16_flops_per_s, peak_fp32_flops_per_s,
+          num_ipus, ipus_per_machine, machine_links_per_ipu, pod_links_per_ipu, ...}
         - memory: {fits: bool, by_category: {category: bytes}, always_live_bytes,
           not_always_live_peak_bytes, peak_bytes, peak_step, code_bytes_per_tile,
           per_tile_bytes: [int] * num_tiles, max_tile, max_tile_bytes,
@@ -127,7 +129,9 @@ class ProgramReport:
           host_output_cycles_per_call, unknown_trip_counts, unmodelled_ops: [op name]}
         - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
           fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
-          host_cycles, cycles, tiles, note}] in program order (region bodies follow their op)
+          host_cycles, cycles, tiles, note, link_bytes}] in program order (region bodies
+          follow their op); a collective's link time is in exchange_cycles, and its note names
+          the algorithm, group size, steps and slowest link
         - flops, bytes_accessed, seconds (total cycles at the target clock), warnings: [str]
         """
         target = asdict(self.target)

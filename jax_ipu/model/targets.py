@@ -51,6 +51,34 @@ IPU2_LINKS = 10  # [S] 320 GB/s in total
 IPU2_LINK_BYTES_PER_S = 32e9  # [D] 320 GB/s / 10 links [S]
 IPU21_LINKS = 10  # [D] as ipu2
 IPU21_LINK_BYTES_PER_S = 64e9  # [P] 512 Gbps per link
+# Link figures are taken as each direction of a full-duplex link [D].
+
+# --- IPU-PODs: machines of chips, IPU-Links between machines, GW-Links between PODs ----------
+# Device ids map onto machines in order: ids 0-3 are the first IPU-M2000, 4-7 the second...
+IPU1_IPUS_PER_MACHINE = 2  # [S] a C2 card holds an ipu1 pair
+IPU2_IPUS_PER_MACHINE = 4  # [P] an IPU-M2000 holds 4 GC200
+IPU21_IPUS_PER_MACHINE = 4  # [P] a Bow-2000 holds 4 Bow IPUs
+# An IPU-M2000 has 8 IPU-Link ports to other machines [P] for its 4 IPUs: 2 per IPU [D]; the
+# other 8 of an ipu2's 10 links join it to the IPUs of its own machine [D]. Bow-2000 as M2000.
+IPU2_POD_LINKS_PER_IPU = 2  # [D] 8 ports [P] / 4 IPUs
+IPU2_MACHINE_LINKS_PER_IPU = IPU2_LINKS - IPU2_POD_LINKS_PER_IPU  # [D] 8
+IPU21_POD_LINKS_PER_IPU = 2  # [D] as ipu2
+IPU21_MACHINE_LINKS_PER_IPU = IPU21_LINKS - IPU21_POD_LINKS_PER_IPU  # [D] 8
+IPU1_MACHINE_LINKS_PER_IPU = IPU1_LINKS  # [S] all 3 join the pair on a card
+IPU1_POD_LINKS_PER_IPU = 1  # [D] assumption: one cable link from each chip to the next card
+# IPUs that IPU-Links alone connect: an IPU-POD64 of 16 machines [P]; ipu1 servers held 8
+# C2 cards [S]. Beyond that, traffic leaves through the machine's gateway.
+IPU1_LINK_DOMAIN_IPUS = 16  # [S]
+IPU2_LINK_DOMAIN_IPUS = 64  # [P] IPU-POD64
+IPU21_LINK_DOMAIN_IPUS = 64  # [P] Bow Pod64
+# GW-Links between PODs: 2 x 100 Gbps per machine [P] (Bow-2000 datasheet; M2000 has 2 GW-Link
+# ports [P]); assumed for ipu1's host network too [D].
+GW_LINKS_PER_MACHINE = 2  # [P]
+GW_LINK_BYTES_PER_S = 100e9 / 8  # [P] 100 Gbps
+# Fixed cost of one step of a collective between IPUs: a sync over Sync-Links plus setting up
+# the link exchange. Not published; assumed [D], calibrate on hardware.
+IPU_LINK_STEP_LATENCY_S = 1e-6  # [D] within an IPU-Link domain
+GW_LINK_STEP_LATENCY_S = 10e-6  # [D] through the gateways (RoCE over 100 GbE)
 
 # Number formats [P]: f64, complex and bf16 absent on ipu1/ipu2; fp8 on ipu21 only [S].
 BASE_DTYPES = frozenset({
@@ -97,6 +125,12 @@ class Target:
     worker_threads: int
     supported_dtypes: frozenset[str]
     full_chip_tiles: int
+    ipus_per_machine: int
+    machine_links_per_ipu: int  # IPU-Links to the other IPUs of the same machine
+    pod_links_per_ipu: int  # IPU-Links to IPUs of other machines
+    link_domain_ipus: int  # IPUs joined by IPU-Links alone (one POD)
+    # IPUs the program runs on (replicas x partitions); model.analyze() sets it per program.
+    num_ipus: int = 1
 
     @property
     def total_bytes(self) -> int:
@@ -119,14 +153,18 @@ _CHIPS: dict[str, dict] = {
         fp32_flops_per_tile_cycle=IPU1_FP32_FLOPS_PER_TILE_CYCLE,
         local_bytes_per_tile_cycle=IPU1_LOCAL_BYTES_PER_TILE_CYCLE,
         host_bytes_per_s=IPU1_HOST_BYTES_PER_S, ipu_links=IPU1_LINKS,
-        ipu_link_bytes_per_s=IPU1_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES),
+        ipu_link_bytes_per_s=IPU1_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
+        ipus_per_machine=IPU1_IPUS_PER_MACHINE, machine_links_per_ipu=IPU1_MACHINE_LINKS_PER_IPU,
+        pod_links_per_ipu=IPU1_POD_LINKS_PER_IPU, link_domain_ipus=IPU1_LINK_DOMAIN_IPUS),
     "ipu2": dict(
         full_chip_tiles=IPU2_TILES, bytes_per_tile=IPU2_BYTES_PER_TILE, clock_hz=IPU2_CLOCK_HZ,
         fp16_flops_per_tile_cycle=IPU2_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU2_FP32_FLOPS_PER_TILE_CYCLE,
         local_bytes_per_tile_cycle=IPU2_LOCAL_BYTES_PER_TILE_CYCLE,
         host_bytes_per_s=IPU2_HOST_BYTES_PER_S, ipu_links=IPU2_LINKS,
-        ipu_link_bytes_per_s=IPU2_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES),
+        ipu_link_bytes_per_s=IPU2_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
+        ipus_per_machine=IPU2_IPUS_PER_MACHINE, machine_links_per_ipu=IPU2_MACHINE_LINKS_PER_IPU,
+        pod_links_per_ipu=IPU2_POD_LINKS_PER_IPU, link_domain_ipus=IPU2_LINK_DOMAIN_IPUS),
     "ipu21": dict(
         full_chip_tiles=IPU21_TILES, bytes_per_tile=IPU21_BYTES_PER_TILE,
         clock_hz=IPU21_CLOCK_HZ,
@@ -136,7 +174,10 @@ _CHIPS: dict[str, dict] = {
         local_bytes_per_tile_cycle=IPU2_LOCAL_BYTES_PER_TILE_CYCLE,
         host_bytes_per_s=IPU21_HOST_BYTES_PER_S, ipu_links=IPU21_LINKS,
         ipu_link_bytes_per_s=IPU21_LINK_BYTES_PER_S,
-        supported_dtypes=BASE_DTYPES | IPU21_EXTRA_DTYPES),
+        supported_dtypes=BASE_DTYPES | IPU21_EXTRA_DTYPES,
+        ipus_per_machine=IPU21_IPUS_PER_MACHINE,
+        machine_links_per_ipu=IPU21_MACHINE_LINKS_PER_IPU,
+        pod_links_per_ipu=IPU21_POD_LINKS_PER_IPU, link_domain_ipus=IPU21_LINK_DOMAIN_IPUS),
 }
 
 VERSIONS: tuple[str, ...] = tuple(_CHIPS)
