@@ -27,7 +27,8 @@ def test_defaults_are_one_full_ipu2():
     assert "['IpuDevice(id=0, num_tiles=1472, version=ipu2)'] 940572672" in out
 
 
-@pytest.mark.parametrize("version,tiles,per_tile", [("ipu1", 1216, 262144), ("ipu21", 1472, 638976)])
+@pytest.mark.parametrize("version,tiles,per_tile",
+                         [("ipu1", 1216, 262144), ("ipu21", 1472, 638976)])
 def test_model_version_from_env(version, tiles, per_tile):
     out = devices_with({"JAX_IPU_MODEL_VERSION": version})
     assert f"num_tiles={tiles}, version={version}" in out

@@ -291,6 +291,15 @@ def _linalg_rules() -> dict[Any, Callable[..., Any]]:
     }
 
 
+def _random_rules() -> dict[Any, Callable[..., Any]]:
+    from jax._src.random import threefry2x32
+
+    # CPU's rule: the 20 rounds as a loop, not unrolled. The program stays small (code takes
+    # tile memory on an IPU) and is the one jax builds for CPU, so XLA:CPU fuses the float
+    # arithmetic that follows the bits the same way and every distribution matches CPU's bits.
+    return {threefry2x32.threefry2x32_p: threefry2x32._threefry2x32_cpu_lowering_rule}
+
+
 def _callback_rules() -> dict[Any, Callable[..., Any]]:
     from jax._src import callback, debugging
 
@@ -306,7 +315,7 @@ def register(platform: str) -> None:
     """Install the lowering rules for `platform` (a registered PJRT platform, here "ipu")."""
     from jax._src.interpreters import mlir
 
-    for prim, rule in _linalg_rules().items():
+    for prim, rule in {**_linalg_rules(), **_random_rules()}.items():
         mlir.register_lowering(prim, rule, platform=platform)
     # Callbacks are never cached: each lowering adds its callable to the module's list.
     for prim, rule in _callback_rules().items():

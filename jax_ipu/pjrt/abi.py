@@ -146,7 +146,8 @@ ExecutableOptimizedProgram = _struct(
     "PJRT_Executable_OptimizedProgram_Args", "executable:ptr program:ptr"
 )
 ExecutableOutputElementTypes = _struct(
-    "PJRT_Executable_OutputElementTypes_Args", "executable:ptr output_types:ptr num_output_types:size"
+    "PJRT_Executable_OutputElementTypes_Args",
+    "executable:ptr output_types:ptr num_output_types:size",
 )
 ExecutableOutputDimensions = _struct(
     "PJRT_Executable_OutputDimensions_Args",

@@ -1,6 +1,6 @@
-"""One small handler per PJRT slot served in Python: unpack the args, call the runtime, pack results.
+"""One small handler per PJRT slot served in Python: unpack args, call the runtime, pack results.
 
-Runtime errors become PJRT errors with the right code; a slot with no handler answers UNIMPLEMENTED."""
+Runtime errors become PJRT errors with their code; a slot with no handler answers UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -142,7 +142,8 @@ def _named_values(owner: Any, key: Any, values: dict[str, Any]) -> tuple[int, in
             else:
                 ints = (ctypes.c_int64 * len(value))(*value)
                 keep.append(ints)
-                item.type, item.value.int64_array_value = abi.NAMED_INT64_LIST, ctypes.addressof(ints)
+                item.type = abi.NAMED_INT64_LIST
+                item.value.int64_array_value = ctypes.addressof(ints)
                 item.value_size = len(value)
         return keep
 

@@ -95,4 +95,5 @@ class IpuDevice:
         }
 
     def __repr__(self) -> str:
-        return f"IpuDevice(id={self.id}, num_tiles={self.target.num_tiles}, version={self.target.version})"
+        target = self.target
+        return f"IpuDevice(id={self.id}, num_tiles={target.num_tiles}, version={target.version})"

@@ -44,7 +44,7 @@ class IpuExecutable:
         self.cycles = int(report.cycles.total)
         self.deleted = False
         self._cpu_devices = tuple(d.cpu_device for d in self.devices)
-        # (dtype, dims, nbytes, PJRT element type) of each output, computed once: Execute is the hot path.
+        # (dtype, dims, nbytes, PJRT element type) of each output, computed once for Execute.
         self._outputs = [(numpy_dtype(t.dtype), tuple(t.shape), t.nbytes, ELEMENT_TYPES[t.dtype])
                          for t in program.outputs]
 
