@@ -490,8 +490,6 @@ def executable_compile_options(args: Any) -> None:
 def _shardings(args: Any, which: str) -> None:
     exe = _obj(args.executable)
     protos = exe.shardings(which)
-    if protos is None:
-        raise NotImplementedError(f"{exe.name} has no {which} shardings (one device)")
 
     def make() -> Any:
         blobs = [ctypes.create_string_buffer(p, len(p) or 1) for p in protos]
@@ -590,6 +588,15 @@ def buffer_to_host(args: Any) -> None:
     values = np.ascontiguousarray(_client_of(buffer.device).fetch(buffer))
     ctypes.memmove(args.dst, values.ctypes.data, buffer.nbytes)
     args.event = _table.READY_EVENT
+
+
+@slot("Buffer_UnsafePointer", abi.BufferUnsafePointer)
+def buffer_unsafe_pointer(args: Any) -> None:
+    # The emulated tile memory is host memory: its address is that of the CPU array.
+    buffer = _obj(args.buffer)
+    if buffer.deleted:
+        raise ValueError("the buffer has been deleted")
+    args.buffer_pointer = buffer.array.unsafe_buffer_pointer()
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)

@@ -11,7 +11,7 @@ ELEMENT_TYPES = {
     "complex64": 14, "complex128": 15, "float8_e5m2": 16, "float8_e4m3fn": 17,
     "float8_e4m3b11fnuz": 18, "float8_e5m2fnuz": 19, "float8_e4m3fnuz": 20, "int4": 21,
     "uint4": 22, "int2": 24, "uint2": 25, "float8_e4m3": 26, "float8_e3m4": 27,
-    "float8_e8m0fnu": 28, "float4_e2m1fn": 29,
+    "float8_e8m0fnu": 28, "float4_e2m1fn": 29, "token": 23,
 }
 DTYPE_NAMES = {code: name for name, code in ELEMENT_TYPES.items()}
 
@@ -19,6 +19,8 @@ DTYPE_NAMES = {code: name for name, code in ELEMENT_TYPES.items()}
 
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of a dtype name, including ml_dtypes' (bfloat16, float8_*, int4...)."""
+    if name == "token":  # ordering tokens of effects: no data, held as empty bool arrays
+        return np.dtype(bool)
     try:
         return np.dtype(name)
     except TypeError:

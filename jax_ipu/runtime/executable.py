@@ -52,12 +52,15 @@ class IpuExecutable:
     def num_outputs(self) -> int:
         return len(self.program.outputs)
 
-    def shardings(self, which: str) -> list[bytes] | None:
-        """Serialized OpShardings XLA chose for the parameters or outputs (None on one device)."""
+    def shardings(self, which: str) -> list[bytes]:
+        """Serialized OpShardings XLA chose for the parameters or outputs."""
         exe = self.cpu_executable
         found = (exe.get_parameter_shardings() if which == "parameter"
                  else exe.get_output_shardings())
-        return None if found is None else [s.SerializeToString() for s in found]
+        if found is None:  # one device holds everything: REPLICATED, the empty OpSharding
+            count = len(self.program.inputs if which == "parameter" else self.program.outputs)
+            return [b""] * count
+        return [s.SerializeToString() for s in found]
 
     def memory_analysis(self) -> dict[str, int]:
         """The model's memory figures under the names of JAX's compiled.memory_analysis()."""
