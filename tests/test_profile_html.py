@@ -60,8 +60,9 @@ def test_user_strings_are_escaped(tmp_path: Path) -> None:
     assert "https://" not in page and "default-src 'none'" in page
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium missing: run tools/install_test_deps.sh")
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
+    # `make test` installs chromium (tools/install_test_deps.sh): a missing browser is a failure.
+    assert CHROMIUM is not None, "chromium missing: run tools/install_test_deps.sh"
     run(tmp_path, '{"autoReport.all": "true", "autoReport.directory": "out"}')
     (folder,) = folders(tmp_path / "out")
     url = (folder / "report.html").as_uri()
