@@ -140,44 +140,49 @@ ENGINE_OPTIONS: dict[str, str] = {
     "autoReport.directory": "where reports are written (default ./reports)",
     "profiler.includeFlopEstimates": "add flop estimates to the profiles",
 }
-_BOOL_ENGINE_OPTIONS = {k for k in ENGINE_OPTIONS if k != "autoReport.directory"}
 
 
-def engine_options() -> dict[str, Any]:
-    """POPLAR_ENGINE_OPTIONS as a dict of known keys; malformed JSON or unknown keys raise."""
+def _json_options(var: str, known: dict[str, str], strings: set[str], example: str
+                  ) -> dict[str, Any]:
+    """The JSON object in environment variable `var`: known keys only, booleans unless listed
+    in `strings`; malformed JSON, unknown keys or bad booleans raise, naming the key."""
     import json
 
-    raw = os.environ.get(ENGINE_OPTIONS_VAR, "").strip()
+    raw = os.environ.get(var, "").strip()
     if not raw:
         return {}
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise IpuConfigError(
-            f"{ENGINE_OPTIONS_VAR} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
-            'Example: {"autoReport.all": "true", "autoReport.directory": "./reports"}'
+            f"{var} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
+            f"Example: {example}"
         ) from None
     if not isinstance(parsed, dict):
-        raise IpuConfigError(f"{ENGINE_OPTIONS_VAR} must be a JSON object, got {raw!r}.")
+        raise IpuConfigError(f"{var} must be a JSON object, got {raw!r}.")
     options: dict[str, Any] = {}
     for key, val in parsed.items():
-        if key not in ENGINE_OPTIONS:
-            known = ", ".join(sorted(ENGINE_OPTIONS))
+        if key not in known:
             raise IpuConfigError(
-                f"Unknown option {key!r} in {ENGINE_OPTIONS_VAR}; the IPU Model understands: "
-                f"{known}."
+                f"Unknown option {key!r} in {var}; the IPU Model understands: "
+                f"{', '.join(sorted(known))}."
             )
-        if key in _BOOL_ENGINE_OPTIONS:
-            text = str(val).strip().lower()
-            if text not in ("true", "false"):
-                raise IpuConfigError(
-                    f"Option {key!r} in {ENGINE_OPTIONS_VAR} must be \"true\" or \"false\", "
-                    f"got {val!r}."
-                )
-            options[key] = text == "true"
-        else:
+        if key in strings:
             options[key] = str(val)
+            continue
+        text = str(val).strip().lower()
+        if text not in ("true", "false"):
+            raise IpuConfigError(
+                f"Option {key!r} in {var} must be \"true\" or \"false\", got {val!r}."
+            )
+        options[key] = text == "true"
     return options
+
+
+def engine_options() -> dict[str, Any]:
+    """POPLAR_ENGINE_OPTIONS as a dict of known keys; malformed JSON or unknown keys raise."""
+    return _json_options(ENGINE_OPTIONS_VAR, ENGINE_OPTIONS, {"autoReport.directory"},
+                         '{"autoReport.all": "true", "autoReport.directory": "./reports"}')
 
 
 # Graphcore's host-side timeline (PopVision System Analyser), read from PVTI_OPTIONS.
@@ -190,35 +195,5 @@ PVTI_OPTIONS: dict[str, str] = {
 
 def pvti_options() -> dict[str, Any]:
     """PVTI_OPTIONS as a dict of known keys; malformed JSON or unknown keys raise."""
-    import json
-
-    raw = os.environ.get(PVTI_OPTIONS_VAR, "").strip()
-    if not raw:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise IpuConfigError(
-            f"{PVTI_OPTIONS_VAR} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
-            'Example: {"enable": "true", "directory": "./reports"}'
-        ) from None
-    if not isinstance(parsed, dict):
-        raise IpuConfigError(f"{PVTI_OPTIONS_VAR} must be a JSON object, got {raw!r}.")
-    options: dict[str, Any] = {}
-    for key, val in parsed.items():
-        if key not in PVTI_OPTIONS:
-            raise IpuConfigError(
-                f"Unknown option {key!r} in {PVTI_OPTIONS_VAR}; the IPU Model understands: "
-                f"{', '.join(sorted(PVTI_OPTIONS))}."
-            )
-        if key == "enable":
-            text = str(val).strip().lower()
-            if text not in ("true", "false"):
-                raise IpuConfigError(
-                    f"Option 'enable' in {PVTI_OPTIONS_VAR} must be \"true\" or \"false\", "
-                    f"got {val!r}."
-                )
-            options[key] = text == "true"
-        else:
-            options[key] = str(val)
-    return options
+    return _json_options(PVTI_OPTIONS_VAR, PVTI_OPTIONS, {"directory"},
+                         '{"enable": "true", "directory": "./reports"}')
