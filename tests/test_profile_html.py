@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 from matplotlib import image
 
 from tests._subprocess import run_python
