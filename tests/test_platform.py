@@ -158,3 +158,12 @@ def test_copy_between_backends():
     assert y.devices() == {CPU}
     z = jax.device_put(y, IPU)
     np.testing.assert_array_equal(np.asarray(z), np.arange(5))
+
+
+def test_zero_size_arrays():
+    x = jax.device_put(np.ones((7, 5, 3), np.float32), IPU)
+    y = jax.jit(lambda a, i: jax.lax.dynamic_slice(a, i, (2, 0, 1)))(x, np.array((4, 1, 0)))
+    assert np.asarray(y).shape == (2, 0, 1) and y.nbytes == 0
+    empty = jax.device_put(np.zeros((0, 3), np.int32), IPU)
+    assert np.asarray(jax.jit(lambda a: a * 2)(empty)).shape == (0, 3)
+    assert float(jax.jit(jnp.sum)(empty)) == 0.0

@@ -30,10 +30,10 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        """Number of elements (dynamic dimensions, stored as -1, count as 1)."""
+        """Number of elements (dynamic dimensions, stored as -1, count as 1; zero-size is 0)."""
         n = 1
         for d in self.shape:
-            n *= max(d, 1) if d >= 0 else 1
+            n *= d if d >= 0 else 1
         return n
 
     @property
