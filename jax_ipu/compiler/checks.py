@@ -17,6 +17,7 @@ ALLOWED_CUSTOM_CALLS: dict[str, str] = {
     "SPMDFullToShardShape": "sharding annotation; a single device needs no reshaping",
     "SPMDShardToFullShape": "sharding annotation; a single device needs no reshaping",
     "annotate_device_placement": "memory-kind annotation; no computation",
+    "dce_sink": "keeps a value alive against dead-code elimination; no computation",
     "xla_python_cpu_callback": "host callback, run on the host by the runtime",
     "xla_ffi_python_cpu_callback": "host callback (FFI form), run on the host by the runtime",
     "xla_python_gpu_callback": "host callback emitted by some lowerings; run on the host",
