@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 from collections import ChainMap
 from typing import Any
@@ -183,17 +184,59 @@ def source_location(loc: ir.Location) -> SourceLocation:
     return SourceLocation(file=file, line=line, function=function, scope=scope)
 
 
+def _axis_sizes(mesh: ir.Attribute) -> dict[str, int]:
+    return {a.name: a.size for a in map(sdy.MeshAxisAttr, sdy.MeshAttr(mesh).axes)}
+
+
+def _shards(attr: ir.Attribute, meshes: dict[str, dict[str, int]], rank: int
+            ) -> tuple[int, ...] | None:
+    """Number of shards of each dimension under an sdy sharding; None when unreadable."""
+    try:
+        sharding = sdy.TensorShardingAttr(attr)
+        ref = sharding.mesh_or_ref
+        sizes = meshes.get(ref.value) if isinstance(ref, ir.FlatSymbolRefAttr) else \
+            _axis_sizes(ref)
+        dims = [sdy.DimensionShardingAttr(d).axes for d in sharding.dimension_shardings]
+        if sizes is None or len(dims) not in (0, rank):
+            return None
+        axes = [[sdy.AxisRefAttr(a) for a in d] for d in dims]
+        # A sub-axis ("i":(1)2) has its own size; a maximal sharding (no dimensions) puts the
+        # whole tensor on one device.
+        return tuple(math.prod(sdy.SubAxisInfoAttr(a.sub_axis_info).size if a.sub_axis_info
+                               else sizes[a.name] for a in d) for d in axes) or (1,) * rank
+    except Exception:  # an unexpected sharding must never stop us: the value counts whole
+        logger.debug("unreadable sharding %s", attr, exc_info=True)
+        return None
+
+
 class _Reader:
-    """Walks one module, numbering values, inlining private calls."""
+    """Walks one module, numbering values, inlining private calls, noting shardings."""
 
     def __init__(self, module: ir.Module) -> None:
         self.funcs = {}
+        self.meshes: dict[str, dict[str, int]] = {}
         for op in module.body.operations:
             if op.operation.name == "func.func":
                 self.funcs[op.attributes["sym_name"].value] = op
+            elif op.operation.name == "sdy.mesh":
+                self.meshes[op.attributes["sym_name"].value] = _axis_sizes(
+                    op.attributes["mesh"])
         self.next_id = 0
         self.constants: dict[int, Any] = {}
+        self.shards: dict[int, tuple[int, ...]] = {}
         self.call_depth = 0
+
+    def note_sharding(self, attr: ir.Attribute, value_type: ir.Type, vid: int) -> None:
+        shards = _shards(attr, self.meshes, len(tensor_type(value_type).shape))
+        if shards is not None:
+            self.shards[vid] = shards
+
+    def note_shardings(self, attr: ir.Attribute, values: Any, ids: list[int] | tuple[int, ...]
+                       ) -> None:
+        """Shardings of a shard_map's operands or results (one per value)."""
+        for s, v, vid in zip(sdy.TensorShardingPerValueAttr(attr).shardings, values, ids,
+                             strict=False):
+            self.note_sharding(s, v.type, vid)
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -267,6 +310,11 @@ class _Reader:
                 attrs[name] = None
         if op.name == "stablehlo.constant" and isinstance(attrs.get("value"), int | float):
             self.constants[result_ids[0]] = attrs["value"]
+        elif op.name == "sdy.manual_computation":
+            self.note_shardings(op.attributes["in_shardings"], op.operands, operand_ids)
+            self.note_shardings(op.attributes["out_shardings"], op.results, result_ids)
+        elif op.name == "sdy.sharding_constraint":
+            self.note_sharding(op.attributes["sharding"], op.results[0].type, result_ids[0])
         regions = []
         for region in op.regions:
             for block in region.blocks:
@@ -359,6 +407,12 @@ def read_program(code: bytes | str) -> Program:
         fn_type = ir.FunctionType(main.attributes["function_type"].value)
         mod_attrs = module.operation.attributes
         aliases, donors, names = _arg_info(main, block)
+        for key, types, ids in (("arg_attrs", fn_type.inputs, input_ids),
+                                ("res_attrs", fn_type.results, returned)):
+            for d, t, vid in zip(main.attributes[key] if key in main.attributes else [], types,
+                                 ids, strict=False):
+                if "sdy.sharding" in ir.DictAttr(d):
+                    reader.note_sharding(ir.DictAttr(d)["sdy.sharding"], t, vid)
         return Program(
             name=mod_attrs["sym_name"].value if "sym_name" in mod_attrs else "main",
             inputs=tuple(tensor_type(t) for t in fn_type.inputs),
@@ -367,7 +421,7 @@ def read_program(code: bytes | str) -> Program:
             input_names=names, aliases=aliases,
             donated_inputs=frozenset(donors) | frozenset(aliases),
             num_replicas=_int_attr(mod_attrs, "mhlo.num_replicas"),
-            num_partitions=_int_attr(mod_attrs, "mhlo.num_partitions"))
+            num_partitions=_int_attr(mod_attrs, "mhlo.num_partitions"), shards=reader.shards)
 
 
 def _int_attr(attrs: ir.OpAttributeMap, name: str) -> int | None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from jax_ipu.model.cycles import OpRow, cost_program, host_transfer_cycles
 from jax_ipu.model.ir import Program
-from jax_ipu.model.memory import analyze_memory
+from jax_ipu.model.memory import analyze_memory, unsharded_values
 from jax_ipu.model.report import (
     CyclesReport,
     OpReport,
@@ -57,6 +57,11 @@ def analyze(program: Program, target: Target) -> ProgramReport:
     warnings = []
     if unknown:
         warnings.append(f"{unknown} loop(s) with a data-dependent trip count: body counted once")
+    unsharded = unsharded_values(program) if devices > 1 else 0
+    if unsharded:
+        warnings.append(f"{unsharded} value(s) outside shard_map bodies with no readable "
+                        f"sharding: counted whole on each of the {devices} IPUs, so memory "
+                        f"may be overstated")
     if unmodelled:
         warnings.append(f"ops without a cost rule (costed as elementwise): "
                         f"{', '.join(unmodelled)}")

@@ -45,6 +45,14 @@ class TensorType:
     def nbytes(self) -> int:
         return self.size * self.itemsize
 
+    def shard(self, shards: tuple[int, ...] | None) -> TensorType:
+        """The part one device holds when dimension i is split over shards[i] devices (the
+        largest part when uneven); the whole tensor when there is no sharding."""
+        if shards is None or len(shards) != len(self.shape):
+            return self
+        return TensorType(tuple(-(-d // n) if d >= 0 else d
+                                for d, n in zip(self.shape, shards, strict=True)), self.dtype)
+
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
 
@@ -122,6 +130,19 @@ class Program:
     donated_inputs: frozenset[int] = frozenset()
     num_replicas: int | None = None
     num_partitions: int | None = None
+    # value id -> number of shards of each dimension, for values outside shard_map bodies whose
+    # sharding over the program's devices is known (shapes in the IR are global there, while
+    # a device holds one shard; values inside a body already have per-device shapes)
+    shards: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def per_device(self, types: tuple[TensorType, ...], ids: tuple[int, ...]
+                   ) -> tuple[TensorType, ...]:
+        """What one device holds of the values `ids` of `types` (e.g. inputs, input_ids).
+
+        Hand-built programs may lack ids: their values are then taken whole."""
+        if len(ids) != len(types):
+            return types
+        return tuple(t.shard(self.shards.get(v)) for t, v in zip(types, ids, strict=True))
 
     def walk(self):
         """Every op, nested ones included, depth first in program order."""

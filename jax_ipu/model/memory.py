@@ -5,6 +5,7 @@ Inputs kept on device, constants and code are always live; op results live def..
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +54,11 @@ def _uses_at(op: Op) -> list[int]:
 
 
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
-              args: list[_Buffer], output_ids: tuple[int, ...]) -> _Liveness:
-    """Buffers of one block; args are the block's inputs (None for values owned elsewhere)."""
+              args: list[_Buffer], output_ids: tuple[int, ...],
+              shards: dict[int, tuple[int, ...]]) -> _Liveness:
+    """Buffers of one block; args are the block's inputs (None for values owned elsewhere).
+
+    Results with known shards (Program.shards) take the bytes of one device's shard."""
     groups = fusion(ops, uses)
     root_of = {id(p): root for root, producers in groups.items() for p in producers}
     stored = [i for i, op in enumerate(ops) if id(op) not in root_of]
@@ -80,10 +84,11 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     transient: list[tuple[int, int]] = []
     for i in stored:
         op, s = ops[i], step_of[i]
-        transient.append(_transient(op, uses, rows))
+        transient.append(_transient(op, uses, rows, shards))
         cls = op_class(op)
         reads = [v for o in (op, *groups.get(i, [])) for v in o.operand_ids]
-        for k, (rid, rtype) in enumerate(zip(op.result_ids, op.results, strict=False)):
+        for k, rid in enumerate(op.result_ids):
+            rtype = op.results[k].shard(shards.get(rid))
             if op.kind == "constant":
                 buf_of[rid] = len(buffers)
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
@@ -111,12 +116,13 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0)])
 
 
-def _transient(op: Op, uses: Counter, rows: dict[int, OpRow]) -> tuple[int, int]:
+def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
+               shards: dict[int, tuple[int, ...]]) -> tuple[int, int]:
     """(bytes, tiles) an op needs only while it runs: matmul blocks, loop-body temporaries."""
     row = rows.get(id(op))
     work = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles) if row else (0, 0)
     for region in op.regions:
-        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids)
+        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards)
         peak = _peak(inner)
         if peak > work[0]:
             work = (peak, 0)
@@ -151,12 +157,15 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
     t = target.num_tiles
     uses = use_counts(program)
     by_op = {id(r.op): r for r in rows}
+    inputs = program.per_device(program.inputs, program.input_ids)
+    outputs = program.per_device(program.outputs, program.output_ids)
     args = [
         _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
                 "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
                 0, "<argument>", always_live=i not in program.donated_inputs)
-        for i, (ty, name) in enumerate(zip(program.inputs, _names(program), strict=False))]
-    live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids)
+        for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
+    live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
+                     program.shards)
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
@@ -216,7 +225,6 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
 
     always_total = int(always.sum())
     peak = int(curve[peak_step])
-    outputs_total = sum(ty.nbytes for ty in program.outputs)
     return MemoryReport(
         by_category={k: int(v) for k, v in by_category.items() if v},
         always_live_bytes=always_total,
@@ -229,11 +237,28 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
         liveness=[LivenessPoint(s, live.steps[s].name if s < len(live.steps) else "",
                                 str(live.steps[s].location) if s < len(live.steps) else "",
                                 int(curve[s])) for s in range(n)],
-        argument_bytes=sum(ty.nbytes for ty in program.inputs),
-        output_bytes=outputs_total,
-        alias_bytes=sum(program.inputs[i].nbytes for i in program.aliases
-                        if i < len(program.inputs)),
+        argument_bytes=sum(ty.nbytes for ty in inputs),
+        output_bytes=sum(ty.nbytes for ty in outputs),
+        alias_bytes=sum(inputs[i].nbytes for i in program.aliases if i < len(inputs)),
         temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]))
+
+
+def _outside_shard_maps(ops: list[Op]) -> Iterator[Op]:
+    """Ops of a block and of its nested regions, but not those inside shard_map bodies."""
+    for op in ops:
+        yield op
+        if op.kind != "manual_computation":
+            for region in op.regions:
+                yield from _outside_shard_maps(region.ops)
+
+
+def unsharded_values(program: Program) -> int:
+    """Inputs and results outside shard_map bodies whose sharding is unknown, so the model
+    counts them whole on every device (constants are whole on every device anyway)."""
+    values = [*zip(program.input_ids, program.inputs, strict=False),
+              *((rid, t) for op in _outside_shard_maps(program.ops) if op.kind != "constant"
+                for rid, t in zip(op.result_ids, op.results, strict=False))]
+    return sum(1 for vid, t in values if t.shape and vid not in program.shards)
 
 
 def _names(program: Program) -> list[str | None]:
