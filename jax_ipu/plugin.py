@@ -73,7 +73,6 @@ def initialize() -> None:
     from jax_ipu.compiler import lowering
     from jax_ipu.pjrt import slots
 
-    register_flags()
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     xla_bridge.register_plugin(PLATFORM, priority=400, c_api=slots.install())
