@@ -311,12 +311,25 @@ def _callback_rules() -> dict[Any, Callable[..., Any]]:
     }
 
 
+def _under_default_numpy_rules(rule: Callable[..., Any]) -> Callable[..., Any]:
+    """`rule` traced with jax.numpy's default promotion rules, whatever the user's config says:
+    the decompositions broadcast and promote like jax's own code, and a user's
+    jax_numpy_rank_promotion='raise' is about the user's program, not about these."""
+    import jax
+
+    def lower(ctx: Any, *args: Any, **params: Any) -> Any:
+        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+            return rule(ctx, *args, **params)
+
+    return lower
+
+
 def register(platform: str) -> None:
     """Install the lowering rules for `platform` (a registered PJRT platform, here "ipu")."""
     from jax._src.interpreters import mlir
 
     for prim, rule in {**_linalg_rules(), **_random_rules()}.items():
-        mlir.register_lowering(prim, rule, platform=platform)
+        mlir.register_lowering(prim, _under_default_numpy_rules(rule), platform=platform)
     # Callbacks are never cached: each lowering adds its callable to the module's list.
     for prim, rule in _callback_rules().items():
         mlir.register_lowering(prim, rule, platform=platform, cacheable=False)
