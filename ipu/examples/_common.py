@@ -109,6 +109,16 @@ def plot_curves(
     _save(fig, plot_dir, filename)
 
 
+def plot_training(plot_dir: str | None, prefix: str, title: str, step_losses: Sequence[float],
+                  epoch_acc: Sequence[float]) -> None:
+    """The two figures every classifier example saves: loss per step, test accuracy per epoch."""
+    plot_curves(plot_dir, f"{prefix}_loss.png", title, "step",
+                {"training loss": (range(len(step_losses)), step_losses)},
+                ylabel="cross-entropy", logy=True)
+    plot_curves(plot_dir, f"{prefix}_accuracy.png", title, "epoch",
+                {"test accuracy": (range(1, len(epoch_acc) + 1), epoch_acc)})
+
+
 def model_view(
     compiled: jax.stages.Compiled,
     device: jax.Device,

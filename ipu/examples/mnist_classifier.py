@@ -120,22 +120,8 @@ def main(argv: list[str] | None = None) -> None:
 
     compiled = train_step.lower(params, velocity, *batch).compile()
     _common.model_view(compiled, device, "train_step", args.plot)
-    _common.plot_curves(
-        args.plot,
-        "mnist_classifier_loss.png",
-        f"MLP on {_common.data_tag(data)} ({args.platform})",
-        "step",
-        {"training loss": (range(len(step_losses)), step_losses)},
-        ylabel="cross-entropy",
-        logy=True,
-    )
-    _common.plot_curves(
-        args.plot,
-        "mnist_classifier_accuracy.png",
-        f"MLP on {_common.data_tag(data)} ({args.platform})",
-        "epoch",
-        {"test accuracy": (range(1, len(epoch_acc) + 1), epoch_acc)},
-    )
+    title = f"MLP on {_common.data_tag(data)} ({args.platform})"
+    _common.plot_training(args.plot, "mnist_classifier", title, step_losses, epoch_acc)
     _common.summary(
         "mnist_classifier",
         platform=args.platform,

@@ -201,22 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         links = links_view(compiled, single, devices)
 
     title = f"data-parallel MLP on {_common.data_tag(data)}, {len(devices)} {args.platform} devices"
-    _common.plot_curves(
-        args.plot,
-        "mnist_multi_ipus_loss.png",
-        title,
-        "step",
-        {"training loss": (range(len(step_losses)), step_losses)},
-        ylabel="cross-entropy",
-        logy=True,
-    )
-    _common.plot_curves(
-        args.plot,
-        "mnist_multi_ipus_accuracy.png",
-        title,
-        "epoch",
-        {"test accuracy": (range(1, len(epoch_acc) + 1), epoch_acc)},
-    )
+    _common.plot_training(args.plot, "mnist_multi_ipus", title, step_losses, epoch_acc)
     _common.summary(
         "mnist_classifier_multi_ipus",
         platform=args.platform,

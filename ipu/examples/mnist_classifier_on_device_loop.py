@@ -134,22 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     if model0 is None:
         print("(the model clock runs only on the ipu platform)")
 
-    _common.plot_curves(
-        args.plot,
-        "on_device_loop_loss.png",
-        f"MLP, one call per epoch, on {_common.data_tag(data)} ({args.platform})",
-        "step",
-        {"training loss": (range(len(step_losses)), step_losses)},
-        ylabel="cross-entropy",
-        logy=True,
-    )
-    _common.plot_curves(
-        args.plot,
-        "on_device_loop_accuracy.png",
-        f"MLP, one call per epoch, on {_common.data_tag(data)} ({args.platform})",
-        "epoch",
-        {"test accuracy": (range(1, len(epoch_acc) + 1), epoch_acc)},
-    )
+    title = f"MLP, one call per epoch, on {_common.data_tag(data)} ({args.platform})"
+    _common.plot_training(args.plot, "on_device_loop", title, step_losses, epoch_acc)
     _common.summary(
         "mnist_classifier_on_device_loop",
         platform=args.platform,

@@ -415,18 +415,23 @@ def executable_memory_stats(args: Any) -> None:
     args.total_size_in_bytes = figures["total"]
 
 
+def _byte_strings(owner: Any, key: Any, items: Sequence[bytes]) -> tuple[int, int]:
+    """Addresses of an array of pointers to `items` and of an array of their sizes."""
+    def make() -> Any:
+        blobs = [ctypes.create_string_buffer(b, len(b) or 1) for b in items]
+        ptrs = (ctypes.c_void_p * max(len(items), 1))(*[ctypes.addressof(b) for b in blobs])
+        sizes = (ctypes.c_size_t * max(len(items), 1))(*[len(b) for b in items])
+        return blobs, ptrs, sizes
+
+    _, ptrs, sizes = _keep(owner, key, make)
+    return ctypes.addressof(ptrs), ctypes.addressof(sizes)
+
+
 def _memory_kinds(args: Any, count: int) -> None:
     exe: IpuExecutable = _obj(args.executable)
-
-    def make() -> Any:
-        kind = ctypes.create_string_buffer(IpuMemory.kind.encode())
-        ptrs = (ctypes.c_void_p * max(count, 1))(*([ctypes.addressof(kind)] * count))
-        sizes = (ctypes.c_size_t * max(count, 1))(*([len(IpuMemory.kind)] * count))
-        return kind, ptrs, sizes
-
-    _, ptrs, sizes = _keep(exe, ("kinds", count), make)
     args.num_outputs = count
-    args.memory_kinds, args.memory_kind_sizes = ctypes.addressof(ptrs), ctypes.addressof(sizes)
+    args.memory_kinds, args.memory_kind_sizes = _byte_strings(
+        exe, ("kinds", count), [IpuMemory.kind.encode()] * count)
 
 
 @slot("Executable_OutputMemoryKinds", abi.ExecutableMemoryKinds)
@@ -442,7 +447,7 @@ def executable_parameter_memory_kinds(args: Any) -> None:
 @slot("Executable_OutputElementTypes", abi.ExecutableOutputElementTypes)
 def executable_output_types(args: Any) -> None:
     exe = _obj(args.executable)
-    types = exe.output_element_types
+    types = [meta[3] for meta in exe.output_meta]
     array = _keep(exe, "types", lambda: (ctypes.c_int32 * max(len(types), 1))(*types))
     args.output_types, args.num_output_types = ctypes.addressof(array), len(types)
 
@@ -450,7 +455,7 @@ def executable_output_types(args: Any) -> None:
 @slot("Executable_OutputDimensions", abi.ExecutableOutputDimensions)
 def executable_output_dims(args: Any) -> None:
     exe = _obj(args.executable)
-    dims = exe.output_dims
+    dims = [meta[1] for meta in exe.output_meta]
 
     def make() -> Any:
         flat = [d for shape in dims for d in shape]
@@ -490,16 +495,8 @@ def executable_compile_options(args: Any) -> None:
 def _shardings(args: Any, which: str) -> None:
     exe = _obj(args.executable)
     protos = exe.shardings(which)
-
-    def make() -> Any:
-        blobs = [ctypes.create_string_buffer(p, len(p) or 1) for p in protos]
-        ptrs = (ctypes.c_void_p * max(len(protos), 1))(*[ctypes.addressof(b) for b in blobs])
-        sizes = (ctypes.c_size_t * max(len(protos), 1))(*[len(p) for p in protos])
-        return blobs, ptrs, sizes
-
-    _, ptrs, sizes = _keep(exe, ("shardings", which), make)
     args.num_outputs = len(protos)
-    args.shardings, args.sharding_sizes = ctypes.addressof(ptrs), ctypes.addressof(sizes)
+    args.shardings, args.sharding_sizes = _byte_strings(exe, ("shardings", which), protos)
 
 
 @slot("Shardings_OutputShardings", abi.ExecutableShardings)

@@ -37,20 +37,17 @@ class IpuExecutable:
         self.profiler = profiler
         self.name = program.name
         self.fingerprint = hashlib.sha256(code + options).hexdigest()
-        self.output_dtypes = [t.dtype for t in program.outputs]
-        self.output_element_types = [ELEMENT_TYPES[t.dtype] for t in program.outputs]
-        self.output_dims = [tuple(t.shape) for t in program.outputs]
         self.donated = frozenset(program.aliases) | frozenset(program.donated_inputs)
         self.cycles = int(report.cycles.total)
         self.deleted = False
         self._cpu_devices = tuple(d.cpu_device for d in self.devices)
         # (dtype, dims, nbytes, PJRT element type) of each output, computed once for Execute.
-        self._outputs = [(numpy_dtype(t.dtype), tuple(t.shape), t.nbytes, ELEMENT_TYPES[t.dtype])
+        self.output_meta = [(numpy_dtype(t.dtype), tuple(t.shape), t.nbytes, ELEMENT_TYPES[t.dtype])
                          for t in program.outputs]
 
     @property
     def num_outputs(self) -> int:
-        return len(self.program.outputs)
+        return len(self.output_meta)
 
     def shardings(self, which: str) -> list[bytes]:
         """Serialized OpShardings XLA chose for the parameters or outputs."""
@@ -121,7 +118,7 @@ class IpuExecutable:
         results = self.cpu_executable.execute_sharded(cpu_args)
         outputs = [IpuBuffer(per_device[0], device, *meta)
                    for per_device, meta in zip(results.disassemble_into_single_device_arrays(),
-                                               self._outputs, strict=True)]
+                                               self.output_meta, strict=True)]
         for i in donated:
             args[i].delete()
         device.advance(self.cycles)
