@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         out = jax.block_until_ready(compiled(grid))
         wall = time.perf_counter() - start
         results[name] = np.asarray(out)
+        if name == "tile":
+            _common.model_view(compiled, device, "the tile solver", args.plot)
         report = _report(args.platform, compiled, lowered)
         figures[name] = (report.cycles.total, report.memory.max_tile_bytes,
                          report.memory.max_tile)

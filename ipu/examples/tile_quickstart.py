@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"== cycle counts: start {cycles_of(start.array)}, end {cycles_of(end.array)}: "
           f"{counted:,} cycles between them" + ("" if args.platform == "ipu" else
                                                 " (0: no model off the IPU Model)"))
+    _common.model_view(compiled, device, "the tile program", args.plot)
     between = 0.0
     if args.platform == "ipu":
         import jax_ipu
