@@ -180,7 +180,8 @@ ENGINE_OPTIONS: dict[str, str] = {
 def _json_options(var: str, known: dict[str, str], strings: set[str], example: str
                   ) -> dict[str, Any]:
     """The JSON object in environment variable `var`: known keys only, booleans unless listed
-    in `strings`; malformed JSON, unknown keys or bad booleans raise, naming the key."""
+    in `strings` (non-empty JSON strings: a path); malformed JSON, unknown keys, bad booleans
+    or a path that is not a string (null, a number) raise, naming the key and an example."""
     import json
 
     raw = os.environ.get(var, "").strip()
@@ -203,12 +204,18 @@ def _json_options(var: str, known: dict[str, str], strings: set[str], example: s
                 f"{', '.join(sorted(known))}."
             )
         if key in strings:
-            options[key] = str(val)
+            if not isinstance(val, str) or not val.strip():
+                raise IpuConfigError(
+                    f"Option {key!r} in {var} must be a directory name as a non-empty JSON "
+                    f"string, got {json.dumps(val)}. Example: {example}"
+                )
+            options[key] = val
             continue
         text = str(val).strip().lower()
         if text not in ("true", "false"):
             raise IpuConfigError(
-                f"Option {key!r} in {var} must be \"true\" or \"false\", got {val!r}."
+                f"Option {key!r} in {var} must be \"true\" or \"false\", got "
+                f"{json.dumps(val)}. Example: {example}"
             )
         options[key] = text == "true"
     return options
