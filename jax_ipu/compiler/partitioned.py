@@ -289,7 +289,7 @@ class _Reader:
         return self.computation(callee, where) if callee else []
 
     def region(self, name: str, where: SourceLocation) -> Region:
-        return Region((), (), self.computation(name, where) if name else [])
+        return Region((), self.computation(name, where) if name else [])
 
     def collective(self, inst: _Instruction, types: dict[str, tuple[TensorType, ...]],
                    where: SourceLocation) -> Op:
@@ -306,7 +306,7 @@ class _Reader:
             # The combining body (add, max...): its elementwise ops set the cost per element.
             body = self.module.computations.get(reducer.lstrip("%"), [])
             ops = [Op(f"stablehlo.{i.opcode.replace('-', '_')}", (), i.types) for i in body]
-            regions = [Region((), (), [o for o in ops if op_class(o) == "elementwise"])]
+            regions = [Region((), [o for o in ops if op_class(o) == "elementwise"])]
         operands = tuple(t for name in inst.operands for t in types.get(name, ()))
         return Op(f"stablehlo.{_COLLECTIVES[inst.opcode]}", operands, inst.types,
                   attributes=attrs, location=where, regions=regions)

@@ -335,9 +335,7 @@ class _Reader:
                     inner[a] = self.new_id()
                     arg_ids.append(inner[a])
                 body, returned = self.block(block, inner, loc)
-                regions.append(Region(tuple(arg_ids), tuple(tensor_type(a.type)
-                                                            for a in block.arguments),
-                                      body, returned))
+                regions.append(Region(tuple(arg_ids), body, returned))
         result = Op(
             name=op.name,
             operands=tuple(tensor_type(v.type) for v in op.operands),
