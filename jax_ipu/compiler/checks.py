@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from jax_ipu import _internals
 from jax_ipu.compiler import frames as frame_of
-from jax_ipu.compiler.frames import library_of
+from jax_ipu.compiler.frames import Frame, library_of
 from jax_ipu.errors import IpuCompileError
 from jax_ipu.model.ir import Op, Program, SourceLocation, TensorType
 from jax_ipu.model.targets import Target
@@ -38,7 +38,6 @@ _X64_HINT = ("use float32; if you enabled jax_enable_x64, keep the arrays float3
              "(`with jax.enable_x64(False):` around the call), or disable x64")
 _COMPLEX_HINT = "the IPU has no complex arithmetic: keep real and imaginary parts as float32"
 
-Frame = tuple[str, int, "str | None"]
 
 
 def _hint(dtype: str, target: Target) -> str:

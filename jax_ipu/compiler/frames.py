@@ -9,6 +9,10 @@ import importlib.util
 import os
 import sysconfig
 
+from jax_ipu.model.ir import SourceLocation
+
+Frame = tuple[str, int, "str | None"]  # file, line, function
+
 
 def _package_dirs(*names: str) -> tuple[str, ...]:
     dirs = []
@@ -61,3 +65,17 @@ def python_own(filename: str) -> bool:
 def user(filename: str) -> bool:
     """Whether a frame is the user's own code: none of jax's, a library's or Python's."""
     return not internal(filename) and library_of(filename) is None and not python_own(filename)
+
+
+def location(scope: str | None, frames: list[Frame] | tuple[Frame, ...]) -> SourceLocation:
+    """An op's SourceLocation from its traceback (frames innermost first) and its name-stack
+    scope, for every program reader: the innermost frame outside jax, jax_ipu and Python's own,
+    with the frames that called it (see SourceLocation.frames)."""
+    outside = tuple(f for f in frames if not internal(f[0]) and not python_own(f[0]))
+    if outside:
+        file, line, function = outside[0]
+    elif frames:
+        file, line, function = frames[-1]
+    else:
+        return SourceLocation(scope=scope)
+    return SourceLocation(file=file, line=line, function=function, scope=scope, frames=outside)

@@ -33,13 +33,13 @@ def judge_program(program: Program, target: Target, allow_out_of_memory: bool = 
     return report
 
 
-def judge_partitioned(program: Program, report: ProgramReport, partitioned_hlo: str
+def judge_partitioned(program: Program, report: ProgramReport, partitioned_hlo: bytes
                       ) -> ProgramReport:
     """The report with the collectives XLA's SPMD partitioner put into a partitioned program.
 
     A sharded jax.jit program carries shardings, not collectives: they appear only in XLA's
-    partitioned module (`partitioned_hlo`, HLO text). If that module cannot be read, the report
-    says so instead."""
+    partitioned module (`partitioned_hlo`, a serialized HloModuleProto). If that module cannot
+    be read, the report says so instead."""
     try:
         ops = inserted_collectives(program, partitioned_hlo)
     except Exception as e:  # a module we cannot read must never fail the compile

@@ -162,19 +162,8 @@ def _frames(loc: ir.Location) -> tuple[str | None, list[tuple[str, int, str | No
 
 
 def source_location(loc: ir.Location) -> SourceLocation:
-    """The innermost frame outside jax, jaxlib, jax_ipu and Python's own modules of an MLIR
-    location, with the frames that called it (a library's frame first, then its caller's; see
-    SourceLocation.frames)."""
-    scope, frames = _frames(loc)
-    outside = tuple(f for f in frames
-                    if not frame_of.internal(f[0]) and not frame_of.python_own(f[0]))
-    if outside:
-        file, line, function = outside[0]
-    elif frames:
-        file, line, function = frames[-1]
-    else:
-        return SourceLocation(scope=scope)
-    return SourceLocation(file=file, line=line, function=function, scope=scope, frames=outside)
+    """The SourceLocation of an MLIR location (see frames.location)."""
+    return frame_of.location(*_frames(loc))
 
 
 def _axis_sizes(mesh: ir.Attribute) -> dict[str, int]:
