@@ -52,6 +52,35 @@ def _is_dataclass_type(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+_LEAVES = (bool, int, float, str, bytes, np.ndarray, type(None), None, Any)
+
+
+def check(tp: Any, _seen: set | None = None) -> None:
+    """Raise TypeError unless the codec can encode and decode every annotation reachable from
+    `tp` (a dataclass's fields, recursively): run once per schema, not per value."""
+    seen = set() if _seen is None else _seen
+    if tp in _LEAVES:
+        return
+    if _is_dataclass_type(tp):
+        if tp not in seen:
+            seen.add(tp)
+            for _, ftp in _fields(tp):
+                check(ftp, seen)
+        return
+    members = _union_members(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if members is not None:
+        parts = members
+    elif origin is tuple:
+        parts = (args[0],) if len(args) == 2 and args[1] is Ellipsis else args
+    elif origin in (list, frozenset, set, dict) and args:
+        parts = args
+    else:
+        raise TypeError(f"the codec cannot encode the annotation {tp!r}")
+    for part in parts:
+        check(part, seen)
+
+
 # ---- encoding ---------------------------------------------------------------------------------
 
 class _Encoder:

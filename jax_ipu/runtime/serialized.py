@@ -43,6 +43,9 @@ class Blob:
     outputs: tuple[TensorType, ...]
 
 
+codec.check(Blob)  # every field type the codec must carry, checked when jax-ipu loads
+
+
 def _sources() -> list[Path]:
     here = Path(__file__).resolve()
     package = here.parent.parent
