@@ -41,13 +41,15 @@ class Tree:
     tags: frozenset[str]
     extra: dict[str, Any] = field(default_factory=dict)
     parent: Tree | None = None
+    summary: dict | None = None  # bare: a JSON object
 
 
 def _tree() -> Tree:
     return Tree(3, True, b"\x00\xffcode", np.arange(6, dtype=np.int64).reshape(2, 3),
                 [Leaf("a"), Leaf("b", 0.5)], (7, "x"), (1, 2, 3), {4: (5, 6)},
                 frozenset({"u", "v"}), {"groups": [[0, 1], [2, 3]], "nan": float("inf")},
-                Tree(0, False, b"", np.zeros(0, np.float32), [], (0, ""), (), {}, frozenset()))
+                Tree(0, False, b"", np.zeros(0, np.float32), [], (0, ""), (), {}, frozenset()),
+                {"counters": {"a": {"cycles": None}}, "cycles": [1.5, 2.0]})
 
 
 def test_the_codec_round_trips_every_supported_annotation():
@@ -88,6 +90,7 @@ def _encode(document: dict, sections: bytes) -> bytes:
     (lambda d: d["value"]["leaves"][0].update(name=len(d["strings"])),
      "expected the index of a string, got int"),
     (lambda d: d["strings"].append(3), "the string table is not a list of strings"),
+    (lambda d: d["value"].update(summary=[1]), "Tree.summary: expected an object, got list"),
     (lambda d: d["value"].update(index=[[4, [5]], [4, [6]]]), "repeated key 4"),
     (lambda d: d["value"]["table"].update(dtype="|O"), "not a numeric dtype"),
     (lambda d: d["value"]["table"].update(shape=[3, 3]), "do not hold"),

@@ -3,7 +3,8 @@ and numpy arrays. Decoding walks the expected type's annotations, never a name i
 
 Supported annotations: dataclasses, tuple (fixed or `...`), list, dict, frozenset/set, np.ndarray
 (numeric dtypes), bytes, int, float, str, bool, None, unions (`X | None`), and Any (a JSON value:
-null, bool, number, string, list, object with string keys; tuples become lists). Anything else in
+null, bool, number, string, list, object with string keys; tuples become lists; a bare `dict` or
+`list` is a JSON object or array). Anything else in
 the data (an unknown or missing field, a wrong type, an unused section, trailing bytes) raises
 CodecError. Each type's encoder and decoder is built once from its annotations (check())."""
 
@@ -246,9 +247,22 @@ def _encode_any(v: Any, _: _Sections) -> Any:
     return _json_value(v)
 
 
+def _encode_json_object(v: Any, _: _Sections) -> Any:
+    if not isinstance(v, dict):
+        raise _wrong("a dict", v)
+    return _json_value(v)
+
+
+def _encode_json_array(v: Any, _: _Sections) -> Any:
+    if not isinstance(v, list):
+        raise _wrong("a list", v)
+    return _json_value(v)
+
+
 _LEAF_ENCODERS: dict[Any, Encoder] = {
     int: _encode_int, float: _encode_float, bool: _encode_bool, str: _encode_str,
     _NONE: _encode_none, bytes: _encode_bytes, np.ndarray: _encode_array, Any: _encode_any,
+    dict: _encode_json_object, list: _encode_json_array,  # bare: JSON values inside
 }
 
 
@@ -424,9 +438,22 @@ def _decode_any(node: Any, _: _Sections) -> Any:
     return node  # json.loads made it: a JSON value by construction
 
 
+def _decode_json_object(node: Any, _: _Sections) -> Any:
+    if type(node) is not dict:
+        raise _got("an object", node)
+    return node
+
+
+def _decode_json_array(node: Any, _: _Sections) -> Any:
+    if type(node) is not list:
+        raise _got("a list", node)
+    return node
+
+
 _LEAF_DECODERS: dict[Any, Decoder] = {
     int: _decode_int, float: _decode_float, bool: _decode_bool, str: _decode_str,
     _NONE: _decode_none, bytes: _decode_bytes, np.ndarray: _decode_array, Any: _decode_any,
+    dict: _decode_json_object, list: _decode_json_array,
 }
 
 
