@@ -19,18 +19,27 @@ __all__ = ["InfeedQueue", "ModelClock", "OutfeedQueue", "__version__", "clock", 
 register_flags()
 
 
-def report(compiled: Any) -> Any:
-    """The IPU Model's ProgramReport of a compiled ipu program.
+def report(program: Any) -> Any:
+    """The IPU Model's ProgramReport of a program: memory per tile, liveness, out-of-memory
+    tiles, and cycles per op (see jax_ipu.model.report.ProgramReport).
 
-    `compiled` is what `jax.jit(f).lower(*args).compile()` returns (or `jax.jit(f, backend="ipu")`).
-    The report holds memory per tile, liveness, out-of-memory tiles, and cycles per op
-    (see jax_ipu.model.report.ProgramReport)."""
-    from jax_ipu.runtime.client import find_executable
+    `program` is what `jax.jit(f).lower(*args).compile()` returns for ipu (its report from the
+    compile), or what `.lower(*args)` returns for any platform: the model then judges that
+    lowered program on the target the jax_ipu_* flags choose, without compiling or running
+    it, so a cpu program can be asked what it would cost on an IPU."""
+    if hasattr(program, "runtime_executable"):
+        from jax_ipu.runtime.client import find_executable
 
-    fingerprint = compiled.runtime_executable().fingerprint
-    if isinstance(fingerprint, bytes):
-        fingerprint = fingerprint.decode()
-    return find_executable(fingerprint).report
+        fingerprint = program.runtime_executable().fingerprint
+        if isinstance(fingerprint, bytes):
+            fingerprint = fingerprint.decode()
+        return find_executable(fingerprint).report
+    from jax_ipu import config
+    from jax_ipu.compiler.judge import judge_program
+    from jax_ipu.compiler.program import read_program
+
+    return judge_program(read_program(program.as_text(debug_info=True)), config.target(),
+                         allow_out_of_memory=True)
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jax_ipu.compiler.judge import judge
 from jax_ipu.model import TO_DEVICE, TO_HOST, call_overhead_cycles, get_target, host_transfer
 from jax_ipu.model.collectives import hop, plan_collective
 from jax_ipu.model.costs import exchange_cycles
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.report import ProgramReport
-from tests._lowering import portable_artifact
+from tests._lowering import judge, portable_artifact
 
 TOLERANCE = 1.5
 DOC = Path(__file__).resolve().parent.parent / "ipu" / "docs" / "ipu_model.md"

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from jax_ipu import config
-from jax_ipu.compiler.judge import judge
 from jax_ipu.compiler.program import read_program
 from jax_ipu.errors import IpuConfigError, IpuOutOfMemoryError
 from jax_ipu.model import analyze
@@ -27,7 +26,7 @@ from jax_ipu.model.targets import (
     VERTEX_STATE_BYTES_PER_OP,
     get_target,
 )
-from tests._lowering import portable_artifact
+from tests._lowering import judge, portable_artifact
 from tests._subprocess import run_python
 
 F32 = jnp.float32

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import jax_ipu
 from jax_ipu.tile import (
     TileShardedArray,
     tile_constant_replicated,
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = np.asarray(out)
         if name == "tile":
             _common.model_view(compiled, device, "the tile solver", args.plot)
-        report = _report(args.platform, compiled, lowered)
+        report = jax_ipu.report(compiled if args.platform == "ipu" else lowered)
         figures[name] = (report.cycles.total, report.memory.max_tile_bytes,
                          report.memory.max_tile)
         print(f"== {name}: {args.steps} steps on a {height}x{width} grid over {n} tiles: "
@@ -129,20 +130,6 @@ def main(argv: list[str] | None = None) -> None:
         bit_equal=int(same), checksum=float(results["tile"].sum()),
         tile_cycles=int(figures["tile"][0]), plain_cycles=int(figures["plain"][0]),
         tile_max_tile_bytes=figures["tile"][1], plain_max_tile_bytes=figures["plain"][1])
-
-
-def _report(platform: str, compiled: object, lowered: object) -> object:
-    """The IPU Model's report: the compiled program's on ipu; on cpu, the model's judgement of
-    the same program (the model needs no ipu device to judge one)."""
-    import jax_ipu
-    from jax_ipu.compiler.judge import judge
-    from jax_ipu.model.targets import get_target
-    from jax_ipu.tile.validate import chip_tiles
-
-    if platform == "ipu":
-        return jax_ipu.report(compiled)
-    tiles, version = chip_tiles()
-    return judge(lowered.as_text(), get_target(version, tiles))[1]
 
 
 if __name__ == "__main__":

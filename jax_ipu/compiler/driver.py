@@ -55,7 +55,7 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's
-        hlo = cpu_executable.hlo_modules()[0].to_string()
+        hlo = cpu_executable.hlo_modules()[0].as_serialized_hlo_module_proto()
         outputs = entry_result_types(hlo)
         report = judge_partitioned(program, report, hlo)
     logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s, partitioned %.3f s",

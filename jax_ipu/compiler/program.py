@@ -4,10 +4,8 @@ Uses jaxlib's own MLIR bindings; func.call callees and composites' decomposition
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
-import os
 from collections import ChainMap
 from typing import Any
 
@@ -16,6 +14,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
 from jax_ipu import _internals
+from jax_ipu.compiler import frames as frame_of
 from jax_ipu.dtypes import BY_MLIR
 from jax_ipu.errors import IpuCompileError
 from jax_ipu.model.ir import Op, Program, Region, SourceLocation, TensorType
@@ -57,20 +56,6 @@ _CALLEE_ATTR = {"func.call": "callee", "stablehlo.composite": "decomposition"}
 TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
-
-
-def _package_dirs(*names: str) -> tuple[str, ...]:
-    dirs = []
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        for d in (spec.submodule_search_locations or []) if spec else []:
-            dirs.append(os.path.realpath(d) + os.sep)
-    return tuple(dirs)
-
-
-# Frames inside these are JAX's (or this plugin's, e.g. its lowering rules and feeds), never the
-# line a user looks for.
-_LIBRARY_DIRS = _package_dirs("jax", "jaxlib", "jax_ipu")
 
 
 def _context() -> ir.Context:
@@ -179,23 +164,9 @@ def _frames(loc: ir.Location) -> tuple[str | None, list[tuple[str, int, str | No
     return scope, frames
 
 
-def internal_frame(filename: str) -> bool:
-    """Whether a frame's file is inside jax, jaxlib or jax_ipu (never the user's line)."""
-    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
-
-
 def source_location(loc: ir.Location) -> SourceLocation:
-    """The innermost frame outside jax, jaxlib and jax_ipu of an MLIR location, with the frames
-    that called it (a library's frame first, then its caller's; see SourceLocation.frames)."""
-    scope, frames = _frames(loc)
-    outside = tuple(f for f in frames if not internal_frame(f[0]))
-    if outside:
-        file, line, function = outside[0]
-    elif frames:
-        file, line, function = frames[-1]
-    else:
-        return SourceLocation(scope=scope)
-    return SourceLocation(file=file, line=line, function=function, scope=scope, frames=outside)
+    """The SourceLocation of an MLIR location (see frames.location)."""
+    return frame_of.location(*_frames(loc))
 
 
 def _axis_sizes(mesh: ir.Attribute) -> dict[str, int]:
@@ -340,9 +311,7 @@ class _Reader:
                     inner[a] = self.new_id()
                     arg_ids.append(inner[a])
                 body, returned = self.block(block, inner, loc)
-                regions.append(Region(tuple(arg_ids), tuple(tensor_type(a.type)
-                                                            for a in block.arguments),
-                                      body, returned))
+                regions.append(Region(tuple(arg_ids), body, returned))
         result = Op(
             name=op.name,
             operands=tuple(tensor_type(v.type) for v in op.operands),

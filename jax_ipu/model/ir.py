@@ -70,7 +70,6 @@ class Region:
     """One region of an op (a while body, a reduce body, a case branch)."""
 
     arg_ids: tuple[int, ...]
-    arg_types: tuple[TensorType, ...]
     ops: list[Op]
     result_ids: tuple[int, ...] = ()
 

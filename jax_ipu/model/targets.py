@@ -249,25 +249,37 @@ _CHIPS: dict[str, dict] = {
         pod_links_per_ipu=IPU21_POD_LINKS_PER_IPU, link_domain_ipus=IPU21_LINK_DOMAIN_IPUS),
 }
 
+# The versions, their products and full tile counts, as config.py's flags offer them.
 VERSIONS: tuple[str, ...] = tuple(_CHIPS)
+PRODUCTS = {"ipu1": "GC2", "ipu2": "GC200, M2000", "ipu21": "Bow, C600"}  # [P]
+FULL_CHIP_TILES = {version: chip["full_chip_tiles"] for version, chip in _CHIPS.items()}
+
+
+def memory_proportion_ok(proportion: float) -> bool:
+    """Whether a share of tile memory is one PopLibs accepts for availableMemoryProportion."""
+    return 0 < proportion <= 1
 
 
 def get_target(version: str, num_tiles: int | None = None,
                available_memory_proportion: float = DEFAULT_AVAILABLE_MEMORY_PROPORTION
                ) -> Target:
-    """The target for an IPU version; num_tiles None means the full chip."""
+    """The target for an IPU version; num_tiles None means the full chip. IpuConfigError,
+    naming the flag that sets it, for a version, tile count or proportion the chip has not."""
     if version not in _CHIPS:
         raise IpuConfigError(
-            f"unknown IPU version {version!r}; allowed values: {', '.join(VERSIONS)}")
+            f"jax_ipu_model_version={version!r} is not an IPU version: allowed values are "
+            f"{', '.join(map(repr, VERSIONS))}.")
     chip = _CHIPS[version]
     full = chip["full_chip_tiles"]
     tiles = full if num_tiles is None else int(num_tiles)
     if not 1 <= tiles <= full:
         raise IpuConfigError(
-            f"num_tiles={num_tiles} is outside 1..{full} for {version}")
-    if not 0 < available_memory_proportion <= 1:
+            f"jax_ipu_model_num_tiles={num_tiles} is not a tile count of an {version} ({full} "
+            f"tiles): allowed values are 0 (full chip) or 1 to {full}.")
+    if not memory_proportion_ok(available_memory_proportion):
         raise IpuConfigError(
-            f"available_memory_proportion={available_memory_proportion} is outside (0, 1]")
+            f"jax_ipu_available_memory_proportion={available_memory_proportion} is outside "
+            "(0, 1]: allowed values are a number greater than 0 and at most 1, e.g. 0.3.")
     return Target(
         version=version, num_tiles=tiles, local_bytes_per_tile_cycle=LOCAL_BYTES_PER_TILE_CYCLE,
         exchange_bytes_per_tile_cycle=EXCHANGE_BYTES_PER_TILE_CYCLE,

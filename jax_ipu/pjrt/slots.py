@@ -15,7 +15,13 @@ import numpy as np
 from jax.errors import JaxRuntimeError
 
 from jax_ipu import _internals, dtypes
-from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMemoryError
+from jax_ipu.errors import (
+    IpuCompileError,
+    IpuConfigError,
+    IpuError,
+    IpuOutOfMemoryError,
+    from_host_callback,
+)
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
@@ -61,6 +67,9 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return abi.CODE["FAILED_PRECONDITION"], str(exc)
     if isinstance(exc, JaxRuntimeError):  # from the XLA:CPU numerics: keep its code and words
         code, _, message = str(exc).partition(": ")
+        raised = from_host_callback(message)  # ours, from a host callback: its words first
+        if raised is not None:
+            return status_of(raised)
         if code in abi.CODE:
             return abi.CODE[code], message
     logger.error("jax_ipu: internal error", exc_info=exc)

@@ -19,7 +19,7 @@ import numpy as np
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.model import TO_DEVICE, TO_HOST, host_transfer
-from jax_ipu.model.targets import Target, get_target
+from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice
@@ -48,16 +48,7 @@ class Settings:
         config.check_environment()
         if not config.value("jax_ipu_use_model"):
             raise IpuError(NO_HARDWARE)
-        version = config.value("jax_ipu_model_version")
-        num_tiles = config.value("jax_ipu_model_num_tiles")
-        full = get_target(version).num_tiles
-        if num_tiles > full:
-            raise IpuConfigError(
-                f"jax_ipu_model_num_tiles={num_tiles} is more than an {version} has ({full} "
-                f"tiles): allowed values are 0 (full chip) or 1 to {full}."
-            )
-        target = get_target(version, num_tiles or None,
-                            config.value("jax_ipu_available_memory_proportion"))
+        target = config.target()
         count = config.value("jax_ipu_device_count")
         visible = config.value("jax_ipu_visible_devices")
         ids = tuple(int(i) for i in visible.split(",")) if visible.strip() else ()
@@ -113,10 +104,7 @@ class IpuClient:
         if cluster is None:
             self.cpu_client = _internals.get_tfrt_cpu_client(asynchronous=True, num_devices=count)
         else:
-            target = settings.target
-            cluster.agree("the IPU Model target", f"{target.version} with {target.num_tiles} "
-                          "tiles", "Set jax_ipu_model_version and jax_ipu_model_num_tiles alike "
-                          "in every process.")
+            cluster.agree_target(settings.target)
             self.cpu_client = _internals.get_tfrt_cpu_client(
                 asynchronous=True, distributed_client=cluster.client,
                 node_id=cluster.process_index, num_nodes=cluster.num_processes,
