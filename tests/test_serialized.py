@@ -257,3 +257,23 @@ def test_fuzzed_blobs_give_stale_executable_error_and_nothing_else(blob):
             damaged[rng.randrange(document_end)] ^= 1 << rng.randrange(8)
         outcomes.append(refused(_rewrap(data, bytes(damaged), client.build)))
     assert sum(outcomes) > 200, sum(outcomes)  # 277 of 400 with this seed
+
+
+def test_a_tile_program_round_trips_with_its_vertex_ops():
+    """A tile_map's one-tile program (Op.vertex_ops) and the tile view of the report survive
+    the format, so tile programs are cached like any other."""
+    from jax import lax
+
+    from jax_ipu.tile import tile_map, tile_put_sharded
+
+    ipu = jax.devices("ipu")[0]
+    x = jax.device_put(np.ones((3, 256), np.float32), ipu)
+    compiled = jax.jit(lambda a: tile_map(lax.exp_p, tile_put_sharded(a, (0, 2, 5))).array
+                       ).lower(x).compile()
+    exe = find_executable(compiled.runtime_executable().fingerprint.decode())
+    client = live_clients()[0]
+    loaded = serialized.loads(client.serialize(exe), client.build)
+    vertex = [op for op in loaded.program.walk() if op.vertex_ops]
+    assert [op.kind for op in vertex] == ["tile_map"]
+    assert repr(loaded.program) == repr(exe.compiled.program)
+    assert loaded.report.to_dict() == exe.compiled.report.to_dict()

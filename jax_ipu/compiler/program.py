@@ -324,7 +324,7 @@ class _Reader:
 
     def tile_op(self, op: ir.Operation, env: ChainMap, outer: SourceLocation | None) -> Op:
         """A jax_ipu.tile composite as one op named after it, with its composite attributes; a
-        tile_map's one-tile program is read into `vertex_ops` (costed on one tile)."""
+        tile_map's one-tile program is read into its `vertex_ops` (costed on one tile)."""
         read = self.op(op, env, outer)
         attrs = dict(read.attributes.get("composite_attributes") or {})
         program = attrs.pop("program", "")
@@ -334,7 +334,7 @@ class _Reader:
             sub.next_id = self.next_id
             main = sub.entry().regions[0].blocks[0]
             inner: ChainMap = ChainMap({a: sub.new_id() for a in main.arguments})
-            attrs["vertex_ops"], _ = sub.block(main, inner, read.location)
+            read.vertex_ops, _ = sub.block(main, inner, read.location)
             self.next_id = sub.next_id
         read.name = read.attributes["name"]
         read.attributes = attrs

@@ -90,6 +90,9 @@ class Op:
     location: SourceLocation = field(default_factory=SourceLocation)
     regions: list[Region] = field(default_factory=list)
     trip_count: int | None = None
+    # What one tile runs for a tile-mapped vertex (jax_ipu.tile's tile_map): its lax
+    # primitive's one-tile program, costed on one tile. Empty for every other op.
+    vertex_ops: list[Op] = field(default_factory=list)
 
     @property
     def kind(self) -> str:

@@ -174,7 +174,7 @@ def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     the model's rates on one tile, custom vertices at their declared estimate), then a sync."""
     dest = _tiles(op)
     if op.kind == "tile_map":
-        per_tile, flops = one_tile_cost(op.attributes.get("vertex_ops") or [], target)
+        per_tile, flops = one_tile_cost(op.vertex_ops, target)
         flops *= len(dest)
         how = "the model's vertex rates on one tile"
     else:

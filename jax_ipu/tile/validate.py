@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from jax_ipu import config
-from jax_ipu.compiler.program import internal_frame
+from jax_ipu.compiler import frames
 from jax_ipu.errors import IpuTileError, IpuTileTypeError
 from jax_ipu.model.targets import get_target
 
@@ -19,10 +19,11 @@ Tiles = tuple[int, ...]
 
 
 def user_line() -> str:
-    """'file:line (function)' of the innermost frame outside jax, jaxlib and jax_ipu."""
+    """'file:line (function)' of the innermost frame of the user's own code (compiler.frames'
+    rule: not jax's, jax_ipu's, an installed library's or Python's own)."""
     frame = sys._getframe(1)
     while frame is not None:
-        if not internal_frame(frame.f_code.co_filename):
+        if frames.user(frame.f_code.co_filename):
             return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back
     return "<unknown>"
