@@ -16,7 +16,7 @@ import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
 from jax_ipu import _internals
-from jax_ipu.compiler import Compiled
+from jax_ipu.compiler import Compiled, numerics
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
@@ -181,6 +181,18 @@ class IpuExecutable:
             # No outputs is an empty tuple, whose sharding is one TUPLE OpSharding (type 2).
             return [b""] * count if count or which == "parameter" else [b"\x08\x02"]
         return [s.SerializeToString() for s in found]
+
+    @functools.cached_property
+    def layouts(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        """(parameters, outputs) minor-to-major layouts, as XLA:CPU compiled the program."""
+        return numerics.entry_layouts(self.cpu_executable)
+
+    def optimized_program(self) -> bytes:
+        """The program jax asks for (Executable_OptimizedProgram), with its entry layouts: of one
+        device, the StableHLO jax sent, which is what the model judged; of several, what one
+        device runs after XLA's SPMD partitioner (jaxlib cannot print the Shardy program)."""
+        code = self.code if len(self.devices) == 1 else self.partitioned_program()
+        return numerics.with_entry_layouts(code, *self.layouts)
 
     def partitioned_program(self) -> bytes:
         """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
