@@ -2,12 +2,19 @@
 
 from setuptools import Extension, setup
 
+CSRC = "jax_ipu/pjrt/csrc/"
+# One file per PJRT object (see csrc/pjrt.h); table.c holds the table and the module.
+SOURCES = ["table.c", "error.c", "event.c", "handle.c", "memory.c", "buffer.c", "executable.c",
+           "execute.c"]
+
 setup(
     ext_modules=[
         Extension(
             "jax_ipu.pjrt._table",
-            sources=["jax_ipu/pjrt/_table.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            sources=[CSRC + name for name in SOURCES],
+            depends=[CSRC + "pjrt.h"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-fvisibility=hidden"],
         )
     ]
 )

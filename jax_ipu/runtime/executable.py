@@ -76,7 +76,7 @@ class IpuExecutable:
     def cpu_executable(self) -> Any:
         return self.compiled.cpu_executable
 
-    # ---- the plan the PJRT layer reads once (see pjrt/_table.c, struct Plan) ----
+    # ---- the plan the PJRT layer reads once (see pjrt/csrc/executable.c) ----
     @property
     def direct(self) -> bool:
         """Whether run(*args) returns the outputs: one device in all (not one of several
