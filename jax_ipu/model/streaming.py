@@ -42,6 +42,10 @@ _PLACEMENT = "_xla_buffer_placement"
 _COMPUTE_TYPE = "_xla_compute_type"
 # Ops that read only part of an operand: a host operand streams in only what they read.
 _PARTIAL_READS = frozenset({"slice", "dynamic_slice", "gather"})
+# Annotations that compute nothing: their results stay where their operands are.
+_ANNOTATIONS = frozenset({"sharding_constraint", "optimization_barrier"})
+_ANNOTATION_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                                 "LayoutConstraint"})
 
 
 def capacity(target: Target, kind: str) -> int | None:
@@ -104,8 +108,13 @@ class Placement:
 
     kinds: dict[int, str] = field(default_factory=dict)
     moves: dict[int, list[Move]] = field(default_factory=dict)  # id(op) -> its moves
-    # bytes each off-tile kind holds: arguments, and values moved or computed there
+    # bytes each off-tile kind holds: arguments, and values moved, offloaded or computed there
     held: dict[str, int] = field(default_factory=dict)
+    # values the offloading itself puts in a host kind: a loop carry that the body offloads
+    # (e.g. the stack of residuals remat saves in pinned_host) and the value it starts from
+    forced: dict[int, str] = field(default_factory=dict)
+    # constants (and views of them): part of the program, present wherever they are read
+    constants: set[int] = field(default_factory=set)
 
     def kind(self, value: int) -> str:
         return self.kinds.get(value, DEVICE)
@@ -117,6 +126,10 @@ class Placement:
     def moves_of(self, ops: Iterable[Op]) -> list[Move]:
         return [m for op in ops for m in self.moves.get(id(op), [])]
 
+    def hold(self, kind: str, nbytes: int) -> None:
+        if kind != DEVICE:
+            self.held[kind] = self.held.get(kind, 0) + nbytes
+
 
 def frontend_attribute(op: Op, name: str) -> object:
     attrs = op.attributes.get("mhlo.frontend_attributes")
@@ -127,17 +140,24 @@ def place(program: Program, target: Target) -> Placement:
     """The kind of every value of `program` and the moves between kinds its ops make.
 
     Arguments take the kinds the program declares (mhlo.memory_kind); a move op's result takes
-    its placement; views, pass-through ops and loop carries keep their operand's kind; in-place
-    updates keep their destination's, moving the update there; ops jax's compute_on runs on
-    the host leave results in host memory; every other op runs on the tiles, so an operand in
-    another kind streams in first (a slice's only what it reads)."""
-    placement = Placement()
-    inputs = program.per_device(program.inputs, program.input_ids)
-    for vid, kind, t in zip(program.input_ids, program.input_kinds, inputs, strict=False):
-        if kind != DEVICE:
-            placement.kinds[vid] = kind
-            placement.held[kind] = placement.held.get(kind, 0) + t.nbytes
-    _place_block(program.ops, placement, target, program)
+    its placement; views, pass-through ops and loop carries keep their operand's kind; an
+    in-place update keeps its destination's kind, moving the update there, unless it writes an
+    offloaded value into tile memory: then, as XLA's host offloader does, the destination is
+    offloaded too (and a loop carrying it keeps it there from the start); ops jax's compute_on
+    runs on the host leave results in host memory; every other op runs on the tiles, so an
+    operand in another kind streams in first (a slice's only what it reads)."""
+    forced: dict[int, str] = {}
+    for _ in range(1 + sum(1 for op in program.walk() if op.kind == "while")):
+        placement = Placement(forced=dict(forced))
+        inputs = program.per_device(program.inputs, program.input_ids)
+        for vid, kind, t in zip(program.input_ids, program.input_kinds, inputs, strict=False):
+            if kind != DEVICE:
+                placement.kinds[vid] = kind
+                placement.hold(kind, t.nbytes)
+        _place_block(program.ops, placement, target, program)
+        if placement.forced == forced:
+            break
+        forced = placement.forced
     return placement
 
 
@@ -145,54 +165,100 @@ def _nbytes(t: TensorType, vid: int, program: Program) -> int:
     return t.shard(program.shards.get(vid)).nbytes
 
 
+def _updates(op: Op) -> list[int]:
+    """Positions of the operands an in-place op writes into its first operand."""
+    if op.kind == "scatter":  # inputs..., indices, updates...
+        n = (len(op.operand_ids) - 1) // 2
+        return list(range(n + 1, len(op.operand_ids)))
+    return [1] if len(op.operand_ids) > 1 else []
+
+
+def _passes_through(op: Op) -> bool:
+    """Whether an op's results are its operands, in the same memory: views, annotations."""
+    return op_class(op) in ALIASING or op.kind in _ANNOTATIONS or (
+        op.kind == "custom_call" and op.attributes.get("call_target_name") in _ANNOTATION_TARGETS)
+
+
 def _place_block(ops: list[Op], placement: Placement, target: Target, program: Program) -> None:
     for op in ops:
         kinds = [placement.kind(v) for v in op.operand_ids]
         moves: list[Move] = []
-        if op.kind == "custom_call" and op.attributes.get("call_target_name") == MOVE_TARGET:
+        fresh = False  # whether the results are new allocations (not views of operands)
+        if op.kind == "constant" or (_passes_through(op) and op.operand_ids and all(
+                v in placement.constants for v in op.operand_ids)):
+            placement.constants.update(op.result_ids)
+            results = [DEVICE] * len(op.results)
+        elif op.kind == "custom_call" and op.attributes.get("call_target_name") == MOVE_TARGET:
             dest = str(frontend_attribute(op, _PLACEMENT) or DEVICE)
             dest = dest if dest in KINDS else DEVICE
             results = [dest] * len(op.results)
             for vid, t, kind in zip(op.operand_ids, op.operands, kinds, strict=False):
                 moves.append(move(_nbytes(t, vid, program), kind, dest, target))
-            for rid, t, kind in zip(op.result_ids, op.results, kinds, strict=False):
-                if dest != DEVICE and kind != dest:  # a new copy there, not a view
-                    placement.held[dest] = placement.held.get(dest, 0) + \
-                        _nbytes(t, rid, program)
+            fresh = any(kind != dest for kind in kinds)
         elif frontend_attribute(op, _COMPUTE_TYPE) == "host":
             results = [UNPINNED_HOST] * len(op.results)
             for vid, t, kind in zip(op.operand_ids, op.operands, kinds, strict=False):
-                moves.append(move(_nbytes(t, vid, program), kind, UNPINNED_HOST, target))
-            for rid, t in zip(op.result_ids, op.results, strict=False):
-                placement.held[UNPINNED_HOST] = placement.held.get(UNPINNED_HOST, 0) + \
-                    _nbytes(t, rid, program)
+                if vid not in placement.constants:
+                    moves.append(move(_nbytes(t, vid, program), kind, UNPINNED_HOST, target))
+            fresh = True
         elif op_class(op) == "control":
-            # Loops, branches and shard_map bodies: their arguments keep the operands' kinds,
-            # a loop's carries keep theirs, and other results take what the body returns.
-            for region in op.regions:
-                for arg, kind in zip(region.arg_ids, kinds, strict=False):
-                    if kind != DEVICE:
-                        placement.kinds[arg] = kind
-                _place_block(region.ops, placement, target, program)
-            returned = op.regions[0].result_ids if op.regions else ()
-            results = kinds[:len(op.results)] if op.kind == "while" else \
-                [placement.kind(v) for v in returned][:len(op.results)]
-        elif op_class(op) in ALIASING:
+            results = _place_control(op, kinds, placement, target, program)
+        elif _passes_through(op):
             # Views and pass-through ops (e.g. optimization_barrier) keep each operand's kind.
             results = [kinds[k] if k < len(kinds) else (kinds[0] if kinds else DEVICE)
                        for k in range(len(op.results))]
         elif op_class(op) in IN_PLACE and kinds:
-            results = [kinds[0]] * len(op.results)
-            for vid, t, kind in list(zip(op.operand_ids, op.operands, kinds, strict=False))[1:]:
-                moves.append(move(_nbytes(t, vid, program), kind, kinds[0], target))
+            written = [kinds[i] for i in _updates(op) if i < len(kinds)]
+            dest = kinds[0]
+            offloaded = next((k for k in written if k != DEVICE), None)
+            if dest == DEVICE and offloaded:  # the destination goes where its updates are
+                dest = offloaded
+                moves.append(move(_nbytes(op.operands[0], op.operand_ids[0], program), DEVICE,
+                                  dest, target))
+            results = [dest] * len(op.results)
+            for i in _updates(op):
+                moves.append(move(_nbytes(op.operands[i], op.operand_ids[i], program), kinds[i],
+                                  dest, target))
         else:
             results = [DEVICE] * len(op.results)
             for vid, t, kind in zip(op.operand_ids, op.operands, kinds, strict=False):
                 read = op.results[0] if op.kind in _PARTIAL_READS and op.results else t
                 moves.append(move(_nbytes(read, vid, program), kind, DEVICE, target))
-        for rid, kind in zip(op.result_ids, results, strict=False):
+            fresh = True
+        for rid, t, kind in zip(op.result_ids, op.results, results, strict=False):
+            kind = placement.forced.get(rid, kind)
             if kind != DEVICE:
                 placement.kinds[rid] = kind
+                if fresh or (rid in placement.forced and op.kind != "while"):
+                    placement.hold(kind, _nbytes(t, rid, program))
         moves = [m for m in moves if m.total]
         if moves:
             placement.moves[id(op)] = moves
+
+
+def _place_control(op: Op, kinds: list[str], placement: Placement, target: Target,
+                   program: Program) -> list[str]:
+    """Kinds of a loop's, branch's or shard_map's results; places its bodies. Region arguments
+    take the operands' kinds; a loop's carries keep theirs, unless its body returns a carry in a
+    host kind: then that carry, and the value it starts from, are offloaded (placement.forced,
+    taken on the next pass)."""
+    for region in op.regions:
+        for arg, kind in zip(region.arg_ids, kinds, strict=False):
+            kind = placement.forced.get(arg, kind)
+            if kind != DEVICE:
+                placement.kinds[arg] = kind
+        _place_block(region.ops, placement, target, program)
+    if op.kind != "while":
+        returned = op.regions[0].result_ids if op.regions else ()
+        return [placement.kind(v) for v in returned][:len(op.results)]
+    body = op.regions[-1]
+    results = []
+    for k, kind in enumerate(kinds[:len(op.results)]):
+        back = placement.kind(body.result_ids[k]) if k < len(body.result_ids) else kind
+        if kind == DEVICE and back != DEVICE:
+            for vid in (op.operand_ids[k], op.result_ids[k],
+                        *(r.arg_ids[k] for r in op.regions if k < len(r.arg_ids))):
+                placement.forced[vid] = back
+            kind = back
+        results.append(kind)
+    return results

@@ -276,11 +276,10 @@ def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:
         fixes = ("Keep the array on the host (or on cpu), put it in Streaming Memory "
                  "(memory_kind='pinned_host'), shard it over several IPUs, or delete arrays you "
                  "no longer need.")
-    elif limit == 0:
-        holds = (f"an {device.target.version} has no {memory.description} (memory kind "
-                 f"{memory.kind}): a C2 PCIe card has none")
     else:
-        holds = (f"its {memory.description} (memory kind {memory.kind}) holds {limit} bytes, "
+        holds = (f"an {device.target.version} has no {memory.description} (memory kind "
+                 f"{memory.kind}): a C2 PCIe card has none" if limit == 0 else
+                 f"its {memory.description} (memory kind {memory.kind}) holds {limit} bytes, "
                  f"its share of its {device.target.version} machine's")
         fixes = ("Keep the array in host memory (memory_kind='unpinned_host') or on cpu, shard "
                  "it over several IPUs, or delete arrays you no longer need.")
