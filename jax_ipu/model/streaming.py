@@ -108,13 +108,22 @@ class Placement:
 
     kinds: dict[int, str] = field(default_factory=dict)
     moves: dict[int, list[Move]] = field(default_factory=dict)  # id(op) -> its moves
-    # bytes each off-tile kind holds: arguments, and values moved, offloaded or computed there
-    held: dict[str, int] = field(default_factory=dict)
+    # value id -> (kind, bytes) of each allocation off the tiles: arguments, and values moved,
+    # offloaded or computed there; `held` sums them by kind
+    allocated: dict[int, tuple[str, int]] = field(default_factory=dict)
     # values the offloading itself puts in a host kind: a loop carry that the body offloads
     # (e.g. the stack of residuals remat saves in pinned_host) and the value it starts from
     forced: dict[int, str] = field(default_factory=dict)
     # constants (and views of them): part of the program, present wherever they are read
     constants: set[int] = field(default_factory=set)
+    # a pass-through result -> the operand whose memory it is
+    views: dict[int, int] = field(default_factory=dict)
+
+    def storage(self, value: int) -> int:
+        """The value whose allocation `value` is (itself, or what a view of it passes on)."""
+        while value in self.views:
+            value = self.views[value]
+        return value
 
     def kind(self, value: int) -> str:
         return self.kinds.get(value, DEVICE)
@@ -126,9 +135,17 @@ class Placement:
     def moves_of(self, ops: Iterable[Op]) -> list[Move]:
         return [m for op in ops for m in self.moves.get(id(op), [])]
 
-    def hold(self, kind: str, nbytes: int) -> None:
+    def allocate(self, value: int, kind: str, nbytes: int) -> None:
         if kind != DEVICE:
-            self.held[kind] = self.held.get(kind, 0) + nbytes
+            self.allocated[value] = (kind, nbytes)
+
+    @property
+    def held(self) -> dict[str, int]:
+        """Bytes each off-tile kind holds for the program (its arguments included)."""
+        held: dict[str, int] = {}
+        for kind, nbytes in self.allocated.values():
+            held[kind] = held.get(kind, 0) + nbytes
+        return held
 
 
 def frontend_attribute(op: Op, name: str) -> object:
@@ -153,11 +170,18 @@ def place(program: Program, target: Target) -> Placement:
         for vid, kind, t in zip(program.input_ids, program.input_kinds, inputs, strict=False):
             if kind != DEVICE:
                 placement.kinds[vid] = kind
-                placement.hold(kind, t.nbytes)
+                placement.allocate(vid, kind, t.nbytes)
         _place_block(program.ops, placement, target, program)
         if placement.forced == forced:
             break
         forced = placement.forced
+    # An output aliasing a donated argument of its kind reuses that argument's memory.
+    for i, o in program.aliases.items():
+        if i < len(program.input_ids) and o < len(program.output_ids):
+            arg, out = program.input_ids[i], program.output_ids[o]
+            out = placement.storage(out)
+            if out != arg and placement.kind(out) == placement.kind(arg):
+                placement.allocated.pop(out, None)
     return placement
 
 
@@ -195,6 +219,8 @@ def _place_block(ops: list[Op], placement: Placement, target: Target, program: P
             for vid, t, kind in zip(op.operand_ids, op.operands, kinds, strict=False):
                 moves.append(move(_nbytes(t, vid, program), kind, dest, target))
             fresh = any(kind != dest for kind in kinds)
+            if not fresh and op.operand_ids:  # already there: the same memory
+                placement.views.update(zip(op.result_ids, op.operand_ids, strict=False))
         elif frontend_attribute(op, _COMPUTE_TYPE) == "host":
             results = [UNPINNED_HOST] * len(op.results)
             for vid, t, kind in zip(op.operand_ids, op.operands, kinds, strict=False):
@@ -207,6 +233,9 @@ def _place_block(ops: list[Op], placement: Placement, target: Target, program: P
             # Views and pass-through ops (e.g. optimization_barrier) keep each operand's kind.
             results = [kinds[k] if k < len(kinds) else (kinds[0] if kinds else DEVICE)
                        for k in range(len(op.results))]
+            for k, rid in enumerate(op.result_ids):
+                if op.operand_ids:
+                    placement.views[rid] = op.operand_ids[min(k, len(op.operand_ids) - 1)]
         elif op_class(op) in IN_PLACE and kinds:
             written = [kinds[i] for i in _updates(op) if i < len(kinds)]
             dest = kinds[0]
@@ -230,7 +259,7 @@ def _place_block(ops: list[Op], placement: Placement, target: Target, program: P
             if kind != DEVICE:
                 placement.kinds[rid] = kind
                 if fresh or (rid in placement.forced and op.kind != "while"):
-                    placement.hold(kind, _nbytes(t, rid, program))
+                    placement.allocate(rid, kind, _nbytes(t, rid, program))
         moves = [m for m in moves if m.total]
         if moves:
             placement.moves[id(op)] = moves
