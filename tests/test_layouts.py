@@ -91,3 +91,17 @@ def test_auto_layout_resolves_to_what_xla_cpu_chose():
         layouts[platform] = (compiled.input_formats[0][0].layout,
                              compiled.output_formats.layout)
     assert layouts["ipu"] == layouts["cpu"]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_formats_of_a_program_with_a_sharding_constraint(platform):
+    """One device's program with sdy.sharding_constraint ops (with_sharding_constraint, or a
+    device_put inside jit) still reports its formats."""
+    device, sharding = _on(platform)
+    mesh = jax.sharding.Mesh(np.array([device]), ("i",))
+    named = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("i"))
+    f = jax.jit(lambda a: jax.lax.with_sharding_constraint(a * 2, named).T)
+    compiled = f.lower(jax.device_put(X, device)).compile()
+    assert "sharding_constraint" in f.lower(jax.device_put(X, device)).as_text()
+    assert compiled.output_formats.layout.major_to_minor == (0, 1)
+    np.testing.assert_array_equal(compiled(jax.device_put(X, device)), (X * 2).T)

@@ -306,3 +306,18 @@ def test_an_ipu_without_streaming_memory_refuses_it_clearly():
     assert "PUT:" in proc.stdout and "an ipu1 has no Streaming Memory" in proc.stdout
     assert "COMPILE:" in proc.stdout and "Out of Streaming Memory: program jit__lambda holds " \
         "32 bytes in memory kind pinned_host but an ipu1 has none" in proc.stdout
+
+
+def test_serialized_executable_keeps_its_memory_kinds():
+    from jax.experimental.serialize_executable import deserialize_and_load, serialize
+
+    pinned = on(IPU, PINNED_HOST)
+    f = jax.jit(lambda a: jax.device_put(jax.device_put(a, on(IPU, "device")) * 2, pinned),
+                in_shardings=pinned, out_shardings=pinned)
+    x = jax.device_put(X, pinned)
+    loaded = deserialize_and_load(*serialize(f.lower(x).compile()))
+    out = loaded(x)
+    assert out.sharding.memory_kind == PINNED_HOST
+    assert loaded.output_formats.sharding.memory_kind == PINNED_HOST
+    np.testing.assert_array_equal(out, X * 2)
+    assert jax_ipu.report(loaded).memory.streaming_memory_bytes == 2 * X.nbytes

@@ -64,6 +64,7 @@ def with_entry_layouts(code: bytes, parameters: list[Layout], results: list[Layo
     invents them (a transpose's result came out column-major)."""
     module = parse(code)
     with module.context, ir.Location.unknown(module.context):
+        _drop_sharding_constraints(module)
         index = ir.IndexType.get()
 
         def dense(values: tuple[int, ...]) -> ir.Attribute:
@@ -90,6 +91,17 @@ def with_entry_layouts(code: bytes, parameters: list[Layout], results: list[Layo
                 [tiles(p) for p in parameters])
             attrs["mhlo.xla_entry_computation_result_tiles"] = result(tiles)
         return module.operation.get_asm(binary=True)
+
+
+def _drop_sharding_constraints(module: ir.Module) -> None:
+    """Replace each sdy.sharding_constraint by its operand: jaxlib's StableHLO-to-HLO conversion
+    cannot export it, and the program answered for layouts is one device's, whose constraints
+    constrain nothing (a device_put inside jit leaves one before each move between kinds)."""
+    constraints = [op for op in _walk(module.body.operations)
+                   if op.name == "sdy.sharding_constraint"]
+    for op in constraints:
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 def load(cpu_client: Any, serialized: bytes, options: Any, assignment: np.ndarray,
