@@ -106,3 +106,16 @@ def test_sharded_export_over_ipus_matches_cpu():
             results.append(np.asarray(out))
         np.testing.assert_array_equal(*results)
     """, env={"JAX_IPU_DEVICE_COUNT": "4", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+
+
+def test_multi_platform_shape_polymorphic_and_nested():
+    """The ipu analogue of upstream's multi-platform-and-poly tests (which export for cpu and
+    tpu only): symbolic shapes, then the exported function called inside another export."""
+    f = jax.jit(lambda x: jnp.reshape(by_platform(x), (-1,)))
+    exp = export.export(f, platforms=("cpu", "ipu"))(
+        jax.ShapeDtypeStruct(export.symbolic_shape("b1, b2"), np.float32))
+    x = jax.device_put(X, IPU)
+    np.testing.assert_array_equal(exp.call(x), (X * 10).reshape(-1))
+    np.testing.assert_array_equal(exp.call(jax.device_put(X, CPU)), (X + 1).reshape(-1))
+    nested = _roundtrip(export.export(jax.jit(exp.call), platforms=("ipu",))(X))
+    np.testing.assert_array_equal(nested.call(x), (X * 10).reshape(-1))
