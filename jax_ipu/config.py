@@ -109,6 +109,12 @@ FLAGS: tuple[Flag, ...] = (
         f"'' or distinct comma-separated ids below {MAX_DEVICES}, e.g. '0,1'",
         _visible_ok,
     ),
+    Flag(
+        "jax_ipu_tile_cache_dir", str, "",
+        "Where jax_ipu.tile keeps custom C++ vertices built for the host, by content hash; "
+        "empty means <user cache dir>/jax_ipu/vertices ($XDG_CACHE_HOME or ~/.cache).",
+        "'' or a directory path", lambda v: True,
+    ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
 

@@ -53,6 +53,12 @@ CASES: dict[str, tuple[list[str], dict[str, tuple[str, float]], list[str]]] = {
         {"final_loss": ("<", 3.2)},
         ["optimizer_state_offload_loss.png"],
     ),
+    "tile_quickstart": (["--size", "256"], {"max_error": ("<", 1e-4)}, []),
+    "tile_heat_equation": (
+        ["--tiles", "32", "--rows", "4", "--cols", "32", "--steps", "20"],
+        {"bit_equal": (">", 0.5), "checksum": (">", 0.0)},
+        [],
+    ),
 }
 
 _runs: dict[tuple[str, str], tuple[subprocess.CompletedProcess, dict[str, str], Path]] = {}
@@ -251,3 +257,16 @@ def test_plot_without_matplotlib_is_refused_before_any_work(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert "--plot needs matplotlib, which is not installed: pip install matplotlib" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_tile_examples_model_figures(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The heat example's model figures come from the same programs on both platforms; the
+    # quickstart's cycle counts equal the report's cycles between them on ipu (0 on cpu).
+    ipu = run_example("tile_heat_equation", "ipu", tmp_path_factory)[1]
+    cpu = run_example("tile_heat_equation", "cpu", tmp_path_factory)[1]
+    for key in ("tile_cycles", "plain_cycles", "tile_max_tile_bytes", "plain_max_tile_bytes",
+                "checksum"):
+        assert ipu[key] == cpu[key], key
+    quick = run_example("tile_quickstart", "ipu", tmp_path_factory)[1]
+    assert int(quick["counted_cycles"]) == int(quick["report_cycles"]) > 0
+    assert run_example("tile_quickstart", "cpu", tmp_path_factory)[1]["counted_cycles"] == "0"

@@ -48,8 +48,10 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     read = time.perf_counter()
     report = judge_program(program, target, allow_out_of_memory)
     judged = time.perf_counter()
+    # jax_ipu.tile's cycle counters return the model's count at their point of the program.
+    stamped = numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
     cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
-                                    cpu_device_of)
+                                    cpu_device_of, rewritten=stamped)
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's

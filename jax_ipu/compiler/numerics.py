@@ -14,7 +14,8 @@ from jaxlib.mlir import ir
 from jax_ipu import _internals
 from jax_ipu.compiler import lowering
 from jax_ipu.compiler.program import parse
-from jax_ipu.errors import IpuError
+from jax_ipu.errors import IpuCompileError, IpuError
+from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
 
 def parse_options(serialized: bytes) -> Any:
@@ -35,14 +36,15 @@ def device_assignment(options: Any) -> np.ndarray:
 
 
 def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
-          assignment: np.ndarray, cpu_device_of: Mapping[int, Any]) -> Any:
+          assignment: np.ndarray, cpu_device_of: Mapping[int, Any],
+          rewritten: bool = False) -> Any:
     """Compile the program for the CPU devices that hold the data of the IPU devices it runs on.
 
-    `code` is the program jax sent and `module` the same program parsed; `cpu_device_of` maps an
-    IPU device id to its CPU device."""
+    `code` is the program jax sent and `module` the same program parsed (`rewritten` when the
+    compiler changed it since); `cpu_device_of` maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
     callbacks = _host_callbacks(module) if _calls_host(code) else []
-    if not callbacks:
+    if not callbacks and not rewritten:
         return cpu_client.compile_and_load(code, devices, options)
     # jaxlib takes callables only together with a parsed module, not with bytes.
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
@@ -144,6 +146,35 @@ def _host_callbacks(module: ir.Module) -> list[Any]:
             op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
                 {"index": ir.IntegerAttr.get(u64, order.index(key))})
     return lowering.host_callbacks(order)
+
+
+def stamp_cycle_counts(module: ir.Module, counters: Mapping[str, Any]) -> bool:
+    """Write the model's count into each of the module's cycle-counter calls (jax_ipu.tile's
+    ipu_cycle_count); whether there were any. IpuCompileError for a count the model cannot
+    give one value (inside a loop, or reached twice)."""
+    calls = [op for op in _walk(module.body.operations)
+             if op.name == "stablehlo.custom_call"
+             and ir.StringAttr(op.attributes["call_target_name"]).value == CYCLE_COUNT_TARGET]
+    if not calls:
+        return False
+    with module.context, ir.Location.unknown(module.context):
+        i64 = ir.IntegerType.get_signless(64)
+        for op in calls:
+            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            site = config["site"]
+            entry = counters.get(str(ir.IntegerAttr(site).value))
+            if entry is None:
+                raise IpuCompileError(
+                    "an ipu_cycle_count sits in a branch of lax.cond/switch that the model does "
+                    "not count (it counts the costliest branch): count outside the branch")
+            if entry["cycles"] is None:
+                raise IpuCompileError(
+                    f"ipu_cycle_count at {entry['location']} is {entry['problem']}: the model's "
+                    "counter gives each call site one value; count before and after the loop "
+                    "(or the repeated function) instead")
+            op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
+                {"site": site, "cycles": ir.IntegerAttr.get(i64, int(entry["cycles"]))})
+    return True
 
 
 def _walk(operations: Any) -> Iterator[Any]:

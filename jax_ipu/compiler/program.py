@@ -52,6 +52,9 @@ _MAX_ATTR_TEXT = 200
 # Ops that stand for a function of the module, read as that function's body: calls, and
 # composites (e.g. chlo.top_k), whose decomposition is what they compute.
 _CALLEE_ATTR = {"func.call": "callee", "stablehlo.composite": "decomposition"}
+# Composites of tile-level programs (jax_ipu.tile) are kept as one op each: their attributes say
+# which tiles hold and run what, and the model costs that placement (never the decomposition).
+TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 
@@ -271,6 +274,8 @@ class _Reader:
             op = mop.operation
             if op.name in ("func.return", "stablehlo.return"):
                 returned = tuple(self.lookup(env, v) for v in op.operands)
+            elif op.name == "stablehlo.composite" and _tile_composite(op):
+                ops.append(self.tile_op(op, env, outer))
             elif op.name in _CALLEE_ATTR and self.inline_call(op, env, ops, outer):
                 continue
             else:
@@ -348,6 +353,24 @@ class _Reader:
             result.trip_count = self.trip_count(result)
         return result
 
+    def tile_op(self, op: ir.Operation, env: ChainMap, outer: SourceLocation | None) -> Op:
+        """A jax_ipu.tile composite as one op named after it, with its composite attributes; a
+        tile_map's one-tile program is read into `vertex_ops` (costed on one tile)."""
+        read = self.op(op, env, outer)
+        attrs = dict(read.attributes.get("composite_attributes") or {})
+        program = attrs.pop("program", "")
+        if program:
+            module = ir.Module.parse(program, op.context)  # kept alive while it is read
+            sub = _Reader(module)
+            sub.next_id = self.next_id
+            main = sub.entry().regions[0].blocks[0]
+            inner: ChainMap = ChainMap({a: sub.new_id() for a in main.arguments})
+            attrs["vertex_ops"], _ = sub.block(main, inner, read.location)
+            self.next_id = sub.next_id
+        read.name = read.attributes["name"]
+        read.attributes = attrs
+        return read
+
     def trip_count(self, loop: Op) -> int | None:
         """Static trips of a counted while: cond `i < limit`, body `i + step`, constants."""
         if len(loop.regions) != 2:
@@ -396,6 +419,10 @@ class _Reader:
         if len(others) != 1 or arg not in update.operand_ids:
             return None
         return self.constants.get(others[0])
+
+
+def _tile_composite(op: ir.Operation) -> bool:
+    return ir.StringAttr(op.attributes["name"]).value.startswith(TILE_COMPOSITE_PREFIX)
 
 
 def parse(code: bytes | str) -> ir.Module:

@@ -26,6 +26,7 @@ from jax_ipu.model.report import (
 )
 from jax_ipu.model.streaming import Placement, place
 from jax_ipu.model.targets import Target, get_target
+from jax_ipu.model.tiles import tile_view
 
 __all__ = ["TO_DEVICE", "TO_HOST", "HostTransfer", "ProgramReport", "Target", "add_collectives",
            "analyze", "call_overhead_cycles", "format_out_of_memory", "get_target",
@@ -88,7 +89,8 @@ def analyze(program: Program, target: Target) -> ProgramReport:
     return ProgramReport(
         program=program.name, target=target, memory=memory, cycles=cycles, ops=ops,
         flops=sum(o.flops for o in ops), bytes_accessed=sum(o.bytes_accessed for o in ops),
-        seconds=phases["total"] / target.clock_hz, warnings=warnings)
+        seconds=phases["total"] / target.clock_hz, warnings=warnings,
+        tiles=tile_view(rows, [o.cycles for o in ops], target))
 
 
 def _phase_cycles(ops: list[OpReport]) -> dict[str, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +107,8 @@ class OpCost:
     note: str = ""
     # where an elementwise result lives (like its first full-size operand), for its readers
     placement: Placement | None = None
+    # per-tile figures of a jax_ipu.tile op (model/tiles.py TileFigures)
+    tile_figures: Any = None
 
 
 Rule = Callable[[Op, list[Op], Target, Layouts], OpCost]
@@ -551,3 +554,11 @@ RULES: dict[str, Rule] = {
     "host": host, "custom_call": custom_call, "collective": collective,
     "unmodelled": unmodelled,
 }
+
+
+# Tile-level programs (jax_ipu.tile) name their tiles: their rules are model/tiles.py's, which
+# use the helpers above.
+from jax_ipu.model import tiles as _tiles  # noqa: E402
+
+OP_CLASSES.update(_tiles.OP_CLASSES)
+RULES.update(_tiles.RULES)

@@ -284,6 +284,10 @@ class Layouts:
             p = self._where[vid] = fresh(t, self.num_tiles)
         return p
 
+    def place(self, vid: int, placement: Placement) -> None:
+        """Say where value vid lives (for rules placing several results, as model/tiles.py)."""
+        self._where[vid] = placement
+
     def planned(self, vid: int) -> bool:
         return vid not in self._unplanned
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jax_ipu.model import tiles
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
 from jax_ipu.model.ir import Op, Program, TensorType
@@ -38,14 +39,23 @@ class _Buffer:
     end: int  # last step it is live at (inclusive)
     location: str
     always_live: bool = False
+    layout: dict[int, int] | None = None  # bytes per tile, when placed (jax_ipu.tile)
+
+    def lay_out(self, layout: dict[int, int]) -> None:
+        self.layout, self.nbytes = layout, sum(layout.values())
+
+
+# What an op needs only while it runs: (bytes spread linearly, or evenly over `tiles` tiles
+# when that is not 0, and bytes per named tile for tile-level programs).
+Transient = tuple[int, int, "dict[int, int] | None"]
 
 
 @dataclass
 class _Liveness:
     buffers: list[_Buffer]
     steps: list[Op]  # the stored (non-fused) ops, one per step
-    # per step: (bytes, tiles) of matmul workspace or loop-body temporaries; 0 tiles = linear
-    transient: list[tuple[int, int]]
+    # per step: matmul workspace, vertex temporaries or loop-body temporaries
+    transient: list[Transient]
 
 
 def _uses_at(op: Op) -> list[int]:
@@ -89,6 +99,10 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     for i in stored:
         op, s = ops[i], step_of[i]
         transient.append(_transient(op, uses, rows, shards, off_tile))
+        for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
+            for b in buf_of.get(op.operand_ids[j], []):
+                if buffers[b].category == "constants":
+                    buffers[b].lay_out(layout)
         cls = op_class(op)
         reads = [v for o in (op, *groups.get(i, [])) for v in o.operand_ids]
         for k, rid in enumerate(op.result_ids):
@@ -113,7 +127,10 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             buffers.append(_Buffer(
                 f"{op.kind} result", "outputs" if rid in outputs else "temporaries",
                 rtype.nbytes, s, max(s, last.get(rid, s)), str(op.location)))
-    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0)])
+            layout = tiles.result_layout(op, k)
+            if layout is not None:
+                buffers[-1].lay_out(layout)
+    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)])
 
 
 def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
@@ -125,7 +142,10 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     ops (barriers) are their operands' memory, as in Poplar. Dynamic updates and scatters
     write into their first operand when it is one whole buffer that dies there. An
     elementwise result takes over an operand of its size that dies at this op, as Poplar's
-    in-place map expressions do."""
+    in-place map expressions do. Tile-level ops say themselves (model/tiles.py)."""
+    j = tiles.aliased_operand(op, k)
+    if j is not None:
+        return sorted(set(buf_of.get(op.operand_ids[j], []))) or None
     if cls in ALIASING:
         if op.kind == "concatenate" or cls == "view":
             held = [j for v in op.operand_ids for j in buf_of.get(v, [])]
@@ -149,26 +169,65 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
 
 
 def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
-               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> tuple[int, int]:
-    """(bytes, tiles) an op needs only while it runs: matmul blocks, loop-body temporaries."""
+               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> Transient:
+    """What an op needs only while it runs: matmul blocks, vertex temporaries, loop-body
+    temporaries (those placed on named tiles stay on them)."""
+    placed = tiles.workspace_layout(op)
+    if placed is not None:
+        return 0, 0, placed
     row = rows.get(id(op))
-    work = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles) if row else (0, 0)
+    work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
+                       None) if row else (0, 0, None)
     for region in op.regions:
         inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards,
                           off_tile)
+        if _placed(inner):
+            return _placed_peak(inner)
         peak = _peak(inner)
         if peak > work[0]:
-            work = (peak, 0)
+            work = (peak, 0, None)
     return work
+
+
+def _placed(live: _Liveness) -> bool:
+    return any(b.layout for b in live.buffers) or any(t[2] for t in live.transient)
+
+
+def _placed_peak(live: _Liveness) -> Transient:
+    """A block holding values on named tiles, as one transient: the peak of its other bytes
+    (spread linearly) and each named tile's own peak."""
+    linear, per_tile = 0, Counter()
+    for s, (tbytes, _, layout) in enumerate(live.transient):
+        here = Counter(layout or {})
+        flat = tbytes
+        for b in live.buffers:
+            if b.start <= s <= b.end:
+                if b.layout:
+                    here.update(b.layout)
+                else:
+                    flat += b.nbytes
+        linear = max(linear, flat)
+        for tile, nbytes in here.items():
+            per_tile[tile] = max(per_tile[tile], nbytes)
+    return linear, 0, dict(per_tile)
 
 
 def _peak(live: _Liveness) -> int:
     """Largest bytes live at one step of a block, its transients included."""
     best = 0
-    for s, (tbytes, _) in enumerate(live.transient):
-        total = tbytes + sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
+    for s, (tbytes, _, layout) in enumerate(live.transient):
+        total = tbytes + sum((layout or {}).values()) + \
+            sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
         best = max(best, total)
     return best
+
+
+def _vector(layout: dict[int, int], num_tiles: int) -> np.ndarray:
+    out = np.zeros(num_tiles, dtype=np.int64)
+    for tile, nbytes in layout.items():
+        if 0 <= tile < num_tiles:
+            out[tile] += nbytes
+    return out
 
 
 def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
@@ -216,8 +275,11 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
     vectors = []
     start = 0
     for b in live.buffers:
-        vec = linear_mapping(b.nbytes, t, start)
-        start = (start + tiles_used(b.nbytes, t)) % t
+        if b.layout:
+            vec = _vector(b.layout, t)
+        else:
+            vec = linear_mapping(b.nbytes, t, start)
+            start = (start + tiles_used(b.nbytes, t)) % t
         vectors.append(vec)
         if b.always_live:
             always += vec
@@ -225,8 +287,10 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
             delta[b.start] += vec
             delta[b.end + 1] -= vec
     work_vecs = []
-    for s, (nbytes, tiles) in enumerate(live.transient):
-        vec = uniform_share(nbytes, tiles, t) if tiles else linear_mapping(nbytes, t)
+    for s, (nbytes, spread, layout) in enumerate(live.transient):
+        vec = uniform_share(nbytes, spread, t) if spread else linear_mapping(nbytes, t)
+        if layout:
+            vec = vec + _vector(layout, t)
         work_vecs.append(vec)
         delta[s] += vec
         delta[s + 1] -= vec

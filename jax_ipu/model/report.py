@@ -131,6 +131,9 @@ class ProgramReport:
     bytes_accessed: int
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    # jax_ipu.tile programs: compute cycles and exchanged bytes per tile, vertices by tile,
+    # cycle counters (model/tiles.py tile_view); None for programs without tile ops
+    tiles: dict | None = None
 
     def to_dict(self) -> dict:
         """JSON-serialisable report. Schema (version 1), all sizes in bytes:
@@ -160,6 +163,9 @@ class ProgramReport:
           partitioner inserted into a sharded jax.jit program, says so; such a row follows
           the rows of its source line)
         - flops, bytes_accessed, seconds (total cycles at the target clock), warnings: [str]
+        - tiles: null, or for a jax_ipu.tile program {compute_cycles: [per tile],
+          exchange_bytes: [per tile], vertices: [{vertex, location, tiles, executions,
+          cycles_per_tile}], counters: {site: {cycles, location, problem}}}
         """
         target = asdict(self.target)
         target["supported_dtypes"] = sorted(self.target.supported_dtypes)
@@ -175,7 +181,7 @@ class ProgramReport:
             "memory": memory, "cycles": asdict(self.cycles),
             "ops": [asdict(o) for o in self.ops], "flops": int(self.flops),
             "bytes_accessed": int(self.bytes_accessed), "seconds": float(self.seconds),
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "tiles": self.tiles,
         }
 
 

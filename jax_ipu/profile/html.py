@@ -93,6 +93,24 @@ def _memory(graph: dict[str, Any]) -> list[str]:
     ]
 
 
+def _tiles(graph: dict[str, Any]) -> list[str]:
+    """A jax_ipu.tile program: heat maps of each tile's memory and compute, and its vertices."""
+    tiles = graph.get("tiles")
+    if not tiles:
+        return []
+    return [
+        "<h2>Tiles (tile-level program)</h2>",
+        "<h3>Memory per tile (heat map, tile 0 top left)</h3>",
+        plots.tile_heat_map(graph["memory"]["per_tile_bytes"], "B", "memory"),
+        "<h3>Compute cycles per tile, over one run</h3>",
+        plots.tile_heat_map(tiles["compute_cycles"], "cycles", "compute"),
+        "<h3>Mapped vertices</h3>",
+        table(["vertex", "tiles", "cycles per tile", "executions", "location"],
+              [[v["vertex"], len(v["tiles"]), v["cycles_per_tile"], v["executions"],
+                v["location"]] for v in tiles["vertices"]]),
+    ]
+
+
 def _ops(graph: dict[str, Any]) -> list[str]:
     flops = graph["include_flops"]
     headings = ["op", "class", "location", "shapes", "executions", "cycles", "compute",
@@ -147,6 +165,7 @@ def render_html(graph: dict[str, Any] | None, execution: dict[str, Any] | None) 
         ]
         sections += _execution(execution)
     if graph:
+        sections += _tiles(graph)
         # The op table can be long; the plots above stay on the first screen.
         sections += _ops(graph)
     warnings = (graph or {}).get("warnings", [])

@@ -88,10 +88,35 @@ def graph_summary(graph: dict[str, Any]) -> list[str]:
     for c in mem["top_contributors"]:
         lines.append(f"    {c['bytes_on_tile']:>10,}  {c['name']} [{c['category']}] "
                      f"at {c['location']}")
+    lines += tile_vertices(graph.get("tiles"))
     if "flops" in graph:
         lines += ["", _row("Flop estimate (one run)", _n(graph["flops"]))]
     if graph["warnings"]:
         lines += ["", "Warnings:", *(f"  {w}" for w in graph["warnings"])]
+    return lines
+
+
+def _tile_list(tiles: list[int]) -> str:
+    return ", ".join(map(str, tiles)) if len(tiles) <= 8 else \
+        f"{', '.join(map(str, tiles[:6]))}, ... {tiles[-1]} ({len(tiles)} tiles)"
+
+
+def tile_vertices(tiles: dict[str, Any] | None, shown: int = TOP_OPS) -> list[str]:
+    """A jax_ipu.tile program's mapped vertices, and the vertices each busy tile runs."""
+    if not tiles or not tiles.get("vertices"):
+        return []
+    lines = ["", "  Tile-mapped vertices:"]
+    by_tile: dict[int, list[str]] = {}
+    for v in tiles["vertices"]:
+        lines.append(f"    {v['vertex']} x{v['executions']:,}: {v['cycles_per_tile']:,.0f} "
+                     f"cycles on each of tiles {_tile_list(v['tiles'])} at {v['location']}")
+        for t in v["tiles"]:
+            by_tile.setdefault(t, []).append(v["vertex"])
+    busiest = sorted(by_tile, key=lambda t: -tiles["compute_cycles"][t])[:shown]
+    lines.append("  Vertices by tile (busiest first):")
+    for t in busiest:
+        lines.append(f"    tile {t:>5}: {tiles['compute_cycles'][t]:>12,.0f} cycles  "
+                     f"{', '.join(by_tile[t])}")
     return lines
 
 
