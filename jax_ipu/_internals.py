@@ -115,9 +115,17 @@ check_lowering = _attr(_checkify, "check_lowering_rule", ("ctx", "err_tree", "de
 # jax_experimental_unsafe_xla_runtime_errors: checkify.check lowers to a host callback.
 xla_runtime_errors = _attr(_config, "xla_runtime_errors")
 
+# ---- jax: memory kinds inside programs -------------------------------------------------------
+# device_put to another memory kind inside jit (and remat's offloading) lowers to an
+# annotate_device_placement custom call only by this rule, which jax registers for tpu and gpu;
+# its cpu rule drops the move.
+_dispatch = _module("jax._src.dispatch")
+device_put_p = _attr(_dispatch, "device_put_p")
+device_put_memory_kind_lowering = _attr(_dispatch, "_tpu_gpu_device_put_lowering",
+                                        ("ctx", "devices", "srcs", "copy_semantics"))
+
 # ---- jax: the frames of a compile request, to name the user's call when a program is refused --
 _compiler = _module("jax._src.compiler")
-_dispatch = _module("jax._src.dispatch")
 
 # jax compiles every program inside this function, on the thread of the user's call.
 backend_compile_and_load = _attr(_compiler, "backend_compile_and_load")

@@ -48,6 +48,11 @@ CASES: dict[str, tuple[list[str], dict[str, tuple[str, float]], list[str]]] = {
         {"test_accuracy": (">", 0.85), "train_accuracy": (">", 0.99)},
         ["gnn_training.png"],
     ),
+    "optimizer_state_offload": (
+        ["--steps", "20"],
+        {"final_loss": ("<", 3.2)},
+        ["optimizer_state_offload_loss.png"],
+    ),
     "tile_quickstart": (["--size", "256"], {"max_error": ("<", 1e-4)}, []),
     "tile_heat_equation": (
         ["--tiles", "32", "--rows", "4", "--cols", "32", "--steps", "20"],
@@ -164,6 +169,22 @@ def test_infeed_example_compares_the_guide_steps(tmp_path_factory: pytest.TempPa
     assert [calls for _, calls in rows] == ["11", "11", "1"], proc.stdout
     cpu = run_example("mnist_classifier_with_infeed", "cpu", tmp_path_factory)[0].stdout
     assert "only on the ipu platform" in cpu
+
+
+def test_offload_example_fits_only_with_the_state_in_streaming_memory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    proc, summary, _ = run_example("optimizer_state_offload", "ipu", tmp_path_factory)
+    assert (summary["onchip_fits"], summary["offload_fits"]) == ("0", "1")
+    assert summary["state_kind"] == "pinned_host"
+    # 3,168,512 parameters: two float32 moments each, 24.17 MiB, all in Streaming Memory
+    assert float(summary["streaming_mib"]) == pytest.approx(8 * 3_168_512 / 2**20, rel=1e-3)
+    assert float(summary["offload_tile_kib"]) < 624 < float(summary["onchip_tile_kib"])
+    # Offloading costs the moves over the gateway: each step reads and writes the whole state.
+    assert float(summary["offload_step_ms"]) > float(summary["onchip_step_ms"])
+    assert "verdict: DOES NOT FIT" in proc.stdout and "verdict: FITS" in proc.stdout
+    cpu = run_example("optimizer_state_offload", "cpu", tmp_path_factory)[1]
+    assert cpu["state_kind"] == "pinned_host"
 
 
 @pytest.mark.parametrize("name", list(CASES))

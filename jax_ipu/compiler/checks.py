@@ -25,6 +25,8 @@ ALLOWED_CUSTOM_CALLS: dict[str, str] = {
     "SPMDFullToShardShape": "sharding annotation; a single device needs no reshaping",
     "SPMDShardToFullShape": "sharding annotation; a single device needs no reshaping",
     "annotate_device_placement": "memory-kind annotation; no computation",
+    "LayoutConstraint": "with_sharding_constraint with a concrete Layout: XLA:CPU's layout "
+                        "assignment honours it in the numerics; tile memory has no XLA layout",
     "dce_sink": "keeps a value alive against dead-code elimination; no computation",
     "InspectSharding": "jax.debug.inspect_array_sharding; the partitioner consumes it",
     "xla_python_cpu_callback": "host callback, run on the host by the runtime",

@@ -8,10 +8,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from jax.experimental.layout import Layout
 from jaxlib.mlir import ir
 
 from jax_ipu import _internals
 from jax_ipu.compiler import lowering
+from jax_ipu.compiler.program import parse
 from jax_ipu.errors import IpuCompileError, IpuError
 from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
@@ -46,6 +48,62 @@ def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
         return cpu_client.compile_and_load(code, devices, options)
     # jaxlib takes callables only together with a parsed module, not with bytes.
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
+
+
+def entry_layouts(cpu_executable: Any) -> tuple[list[Layout], list[Layout]]:
+    """(parameters, results) layouts of an XLA:CPU executable's entry: JAX's row-major
+    defaults, or what the program asked for (mhlo.layout_mode from user Formats)."""
+    return ([Layout.from_pjrt_layout(p) for p in cpu_executable.get_parameter_layouts()],
+            [Layout.from_pjrt_layout(r) for r in cpu_executable.get_output_layouts()])
+
+
+def with_entry_layouts(code: bytes, parameters: list[Layout], results: list[Layout]) -> bytes:
+    """The StableHLO `code` as bytecode, with its entry layouts (and tiles) stated as the module
+    attributes XLA's HLO-to-StableHLO conversion writes.
+
+    jaxlib reads a plugin's executable layouts from the program it answers for
+    Executable_OptimizedProgram; without these attributes its StableHLO-to-HLO conversion
+    invents them (a transpose's result came out column-major)."""
+    module = parse(code)
+    with module.context, ir.Location.unknown(module.context):
+        _drop_sharding_constraints(module)
+        index = ir.IndexType.get()
+
+        def dense(values: tuple[int, ...]) -> ir.Attribute:
+            return ir.DenseElementsAttr.get(np.array(values, np.int64).reshape(len(values)),
+                                            type=index)
+
+        def order(layout: Layout) -> ir.Attribute:
+            return dense(tuple(layout.major_to_minor[::-1]))
+
+        def tiles(layout: Layout) -> ir.Attribute:
+            return ir.ArrayAttr.get([dense(tuple(t)) for t in layout.tiling or ()])
+
+        def result(describe: Any) -> ir.Attribute:
+            # One result entry: a tuple's when the function returns several values.
+            each = [describe(r) for r in results]
+            return ir.ArrayAttr.get([each[0] if len(each) == 1 else ir.ArrayAttr.get(each)])
+
+        attrs = module.operation.attributes
+        attrs["mhlo.xla_entry_computation_parameter_layouts"] = ir.ArrayAttr.get(
+            [order(p) for p in parameters])
+        attrs["mhlo.xla_entry_computation_result_layout"] = result(order)
+        if any(x.tiling for x in (*parameters, *results)):
+            attrs["mhlo.xla_entry_computation_parameter_tiles"] = ir.ArrayAttr.get(
+                [tiles(p) for p in parameters])
+            attrs["mhlo.xla_entry_computation_result_tiles"] = result(tiles)
+        return module.operation.get_asm(binary=True)
+
+
+def _drop_sharding_constraints(module: ir.Module) -> None:
+    """Replace each sdy.sharding_constraint by its operand: jaxlib's StableHLO-to-HLO conversion
+    cannot export it, and the program answered for layouts is one device's, whose constraints
+    constrain nothing (a device_put inside jit leaves one before each move between kinds)."""
+    constraints = [op for op in _walk(module.body.operations)
+                   if op.name == "sdy.sharding_constraint"]
+    for op in constraints:
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 def load(cpu_client: Any, serialized: bytes, options: Any, assignment: np.ndarray,

@@ -421,6 +421,9 @@ def read_program(code: bytes | str | ir.Module) -> Program:
         fn_type = ir.FunctionType(main.attributes["function_type"].value)
         mod_attrs = module.operation.attributes
         aliases, donors, names = _arg_info(main, block)
+        input_kinds, output_kinds = (_memory_kinds(main, key, len(types)) for key, types in
+                                     (("arg_attrs", fn_type.inputs),
+                                      ("res_attrs", fn_type.results)))
         for key, types, ids in (("arg_attrs", fn_type.inputs, input_ids),
                                 ("res_attrs", fn_type.results, returned)):
             for d, t, vid in zip(main.attributes[key] if key in main.attributes else [], types,
@@ -434,8 +437,18 @@ def read_program(code: bytes | str | ir.Module) -> Program:
             ops=ops, input_ids=tuple(input_ids), output_ids=returned,
             input_names=names, aliases=aliases,
             donated_inputs=frozenset(donors) | frozenset(aliases),
+            input_kinds=input_kinds, output_kinds=output_kinds,
             num_replicas=_int_attr(mod_attrs, "mhlo.num_replicas"),
             num_partitions=_int_attr(mod_attrs, "mhlo.num_partitions"), shards=reader.shards)
+
+
+def _memory_kinds(main: ir.Operation, key: str, count: int) -> tuple[str, ...]:
+    """The memory kind of each argument or result (`key` arg_attrs or res_attrs) of the entry:
+    mhlo.memory_kind, which jax writes when a sharding names a kind; "device" otherwise."""
+    found = _attr_to_py(main.attributes[key]) if key in main.attributes else []
+    kinds = [d.get("mhlo.memory_kind", "device") if isinstance(d, dict) else "device"
+             for d in found]
+    return tuple(kinds + ["device"] * (count - len(kinds)))
 
 
 def _int_attr(attrs: ir.OpAttributeMap, name: str) -> int | None:

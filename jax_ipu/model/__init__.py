@@ -24,6 +24,7 @@ from jax_ipu.model.report import (
     ProgramReport,
     format_out_of_memory,
 )
+from jax_ipu.model.streaming import Placement, place
 from jax_ipu.model.targets import Target, get_target
 from jax_ipu.model.tiles import tile_view
 
@@ -32,8 +33,10 @@ __all__ = ["TO_DEVICE", "TO_HOST", "HostTransfer", "ProgramReport", "Target", "a
            "host_transfer", "host_transfer_cycles"]
 
 
-def _op_report(row: OpRow, target: Target) -> OpReport:
+def _op_report(row: OpRow, target: Target, placement: Placement | None = None) -> OpReport:
     c, n = row.cost, row.executions
+    moves = placement.moves_of((row.op, *row.fused)) if placement else []
+    setup, moved = sum(m.setup_cycles for m in moves), sum(m.transfer_cycles for m in moves)
     shapes = ", ".join(str(t) for t in row.op.operands) + " -> " + \
         ", ".join(str(t) for t in row.op.results)
     host = host_transfer_cycles(c.host_bytes_to_host, target, TO_HOST) + \
@@ -46,8 +49,9 @@ def _op_report(row: OpRow, target: Target) -> OpReport:
         flops=c.flops * n, bytes_accessed=c.bytes_accessed * n,
         compute_cycles=c.compute_cycles * n, exchange_cycles=c.exchange_cycles * n,
         sync_cycles=sync * n, host_cycles=host * n,
-        cycles=(c.compute_cycles + c.exchange_cycles + sync + host) * n,
-        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n)
+        cycles=(c.compute_cycles + c.exchange_cycles + sync + host + setup + moved) * n,
+        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n,
+        streaming_setup_cycles=setup * n, streaming_cycles=moved * n)
 
 
 def analyze(program: Program, target: Target) -> ProgramReport:
@@ -57,8 +61,9 @@ def analyze(program: Program, target: Target) -> ProgramReport:
     devices = (program.num_replicas or 1) * (program.num_partitions or 1)
     target = replace(target, num_ipus=max(target.num_ipus, devices))
     rows = cost_program(program, target)
-    ops = [_op_report(r, target) for r in rows]
-    memory = analyze_memory(program, rows, target)
+    placement = place(program, target)
+    ops = [_op_report(r, target, placement) for r in rows]
+    memory = analyze_memory(program, rows, target, placement)
     unknown = sum(1 for r in rows if r.unknown_trip_count)
     unmodelled = sorted({r.op.name for r in rows if r.cost.unmodelled})
     warnings = []
@@ -93,7 +98,9 @@ def _phase_cycles(ops: list[OpReport]) -> dict[str, float]:
     phases = {"compute": sum(o.compute_cycles for o in ops),
               "exchange": sum(o.exchange_cycles for o in ops),
               "sync": sum(o.sync_cycles for o in ops),
-              "host_exchange": sum(o.host_cycles for o in ops)}
+              "host_exchange": sum(o.host_cycles for o in ops),
+              "streaming_setup": sum(o.streaming_setup_cycles for o in ops),
+              "streaming": sum(o.streaming_cycles for o in ops)}
     return {"total": sum(phases.values()), **phases}
 
 

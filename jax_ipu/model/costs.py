@@ -66,6 +66,7 @@ OP_CLASSES: dict[str, str] = {
     "constant": "constant",
     "reshape": "free", "get_tuple_element": "free", "tuple": "free",
     "optimization_barrier": "free", "after_all": "free", "create_token": "free",
+    "sharding_constraint": "free",  # sdy: an annotation for XLA's partitioner
     "replica_id": "free", "partition_id": "free", "get_dimension_size": "free",
     "return": "free",  # sdy.return ends a shard_map body (stablehlo.return is read away)
     "custom_call": "custom_call", "infeed": "host", "outfeed": "host", "send": "host",

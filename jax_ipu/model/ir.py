@@ -124,6 +124,10 @@ class Program:
     donated_inputs: frozenset[int] = frozenset()
     num_replicas: int | None = None
     num_partitions: int | None = None
+    # JAX memory kind of each input and output (mhlo.memory_kind): "device" (tile memory),
+    # "pinned_host" (Streaming Memory) or "unpinned_host" (host memory); empty: all "device"
+    input_kinds: tuple[str, ...] = ()
+    output_kinds: tuple[str, ...] = ()
     # value id -> number of shards of each dimension, for values outside shard_map bodies whose
     # sharding over the program's devices is known (shapes in the IR are global there, while
     # a device holds one shard; values inside a body already have per-device shapes)

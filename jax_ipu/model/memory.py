@@ -13,9 +13,10 @@ import numpy as np
 from jax_ipu.model import tiles
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
-from jax_ipu.model.ir import Op, Program
+from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
 from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
+from jax_ipu.model.streaming import PINNED_HOST, Placement, capacity
 from jax_ipu.model.targets import (
     CONTROL_CODE_BYTES_PER_STEP,
     CONTROL_CODE_BYTES_PER_TILE,
@@ -65,10 +66,11 @@ def _uses_at(op: Op) -> list[int]:
 
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
-              shards: dict[int, tuple[int, ...]]) -> _Liveness:
+              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
     """Buffers of one block; args are the block's inputs (None for values owned elsewhere).
 
-    Results with known shards (Program.shards) take the bytes of one device's shard."""
+    Results with known shards (Program.shards) take the bytes of one device's shard; results in
+    another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
     groups = fusion(ops, uses)
     root_of = {id(p): root for root, producers in groups.items() for p in producers}
     stored = [i for i, op in enumerate(ops) if id(op) not in root_of]
@@ -96,7 +98,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     transient: list[tuple[int, int]] = []
     for i in stored:
         op, s = ops[i], step_of[i]
-        transient.append(_transient(op, uses, rows, shards))
+        transient.append(_transient(op, uses, rows, shards, off_tile))
         for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
             for b in buf_of.get(op.operand_ids[j], []):
                 if buffers[b].category == "constants":
@@ -105,6 +107,8 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
         reads = [v for o in (op, *groups.get(i, [])) for v in o.operand_ids]
         for k, rid in enumerate(op.result_ids):
             rtype = op.results[k].shard(shards.get(rid))
+            if rid in off_tile:
+                rtype = TensorType((0,), rtype.dtype)
             if op.kind == "constant":
                 buf_of[rid] = [len(buffers)]
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
@@ -165,7 +169,7 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
 
 
 def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
-               shards: dict[int, tuple[int, ...]]) -> Transient:
+               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> Transient:
     """What an op needs only while it runs: matmul blocks, vertex temporaries, loop-body
     temporaries (those placed on named tiles stay on them)."""
     placed = tiles.workspace_layout(op)
@@ -175,7 +179,8 @@ def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
     work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
                        None) if row else (0, 0, None)
     for region in op.regions:
-        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards)
+        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards,
+                          off_tile)
         if _placed(inner):
             return _placed_peak(inner)
         peak = _peak(inner)
@@ -239,20 +244,27 @@ def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
     }
 
 
-def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> MemoryReport:
-    """Liveness, tile mapping and per-tile peaks of a program on a target."""
+def analyze_memory(program: Program, rows: list[OpRow], target: Target,
+                   placement: Placement | None = None) -> MemoryReport:
+    """Liveness, tile mapping and per-tile peaks of a program on a target. Tile memory holds only
+    the values `placement` leaves in kind "device"; the others are what it says they hold."""
     t = target.num_tiles
     uses = use_counts(program)
     by_op = {id(r.op): r for r in rows}
-    inputs = program.per_device(program.inputs, program.input_ids)
-    outputs = program.per_device(program.outputs, program.output_ids)
+    placement = placement or Placement()
+    off_tile = placement.off_tile
+    on_tile = {vid: vid not in off_tile for vid in (*program.input_ids, *program.output_ids)}
+    all_inputs = program.per_device(program.inputs, program.input_ids)
+    all_outputs = program.per_device(program.outputs, program.output_ids)
+    inputs = _on_tile(all_inputs, program.input_ids, on_tile)
+    outputs = _on_tile(all_outputs, program.output_ids, on_tile)
     args = [
         _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
                 "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
                 0, "<argument>", always_live=i not in program.donated_inputs)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
-                     program.shards)
+                     program.shards, off_tile)
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
@@ -332,7 +344,18 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
         argument_bytes=sum(ty.nbytes for ty in inputs),
         output_bytes=sum(ty.nbytes for ty in outputs),
         alias_bytes=sum(inputs[i].nbytes for i in program.aliases if i < len(inputs)),
-        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]))
+        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]),
+        other_kinds=dict(placement.held),
+        host_argument_bytes=sum(a.nbytes for a in all_inputs) - sum(a.nbytes for a in inputs),
+        host_output_bytes=sum(o.nbytes for o in all_outputs) - sum(o.nbytes for o in outputs),
+        streaming_memory_limit=capacity(target, PINNED_HOST))
+
+
+def _on_tile(types: tuple[TensorType, ...], ids: tuple[int, ...], on_tile: dict[int, bool]
+             ) -> tuple[TensorType, ...]:
+    """`types`, with those of values in another memory kind than tile memory at 0 bytes."""
+    return tuple(t if on_tile.get(vid, True) else TensorType((0,), t.dtype)
+                 for t, vid in zip(types, ids, strict=False)) + types[len(ids):]
 
 
 def _outside_shard_maps(ops: list[Op]) -> Iterator[Op]:

@@ -50,10 +50,25 @@ class MemoryReport:
     output_bytes: int
     alias_bytes: int
     temporary_bytes: int
+    # Bytes the program holds in the other memory kinds (pinned_host: Streaming Memory,
+    # unpinned_host: host memory), and what of its arguments and outputs live there.
+    other_kinds: dict[str, int] = field(default_factory=dict)
+    host_argument_bytes: int = 0
+    host_output_bytes: int = 0
+    streaming_memory_limit: int | None = None  # this IPU's share of its machine's
+
+    @property
+    def streaming_memory_bytes(self) -> int:
+        return self.other_kinds.get("pinned_host", 0)
+
+    @property
+    def streaming_out_of_memory(self) -> bool:
+        limit = self.streaming_memory_limit
+        return limit is not None and self.streaming_memory_bytes > limit
 
     @property
     def out_of_memory(self) -> bool:
-        return bool(self.tiles_out_of_memory)
+        return bool(self.tiles_out_of_memory) or self.streaming_out_of_memory
 
 
 @dataclass
@@ -80,6 +95,9 @@ class OpReport:
     tiles: int
     note: str
     link_bytes: int = 0  # bytes one IPU sends to other IPUs over IPU-Links or GW-Links
+    # moves between memory kinds (Streaming Memory, host memory): their fixed part and bytes
+    streaming_setup_cycles: float = 0.0
+    streaming_cycles: float = 0.0
 
 
 @dataclass
@@ -94,6 +112,10 @@ class CyclesReport:
     unknown_trip_counts: int
     unmodelled_ops: list[str]
     call: int = 0  # what the host adds to every call: starting the program, hearing it end
+    # moves between memory kinds inside the program (in total): set-ups, and bytes over the
+    # gateway (Streaming Memory) or the host link (host memory)
+    streaming_setup: float = 0.0
+    streaming: float = 0.0
 
 
 @dataclass
@@ -163,9 +185,27 @@ class ProgramReport:
         }
 
 
+def format_streaming_out_of_memory(report: ProgramReport) -> str:
+    """Why a program's Streaming Memory (JAX kind pinned_host) does not fit, and what to try."""
+    mem, target = report.memory, report.target
+    have = (f"each {target.version} IPU has {mem.streaming_memory_limit} bytes of it (its share "
+            "of its IPU-Machine's)" if mem.streaming_memory_limit else
+            f"an {target.version} has none (a C2 PCIe card has no Streaming Memory)")
+    return "\n".join([
+        f"Out of Streaming Memory: program {report.program} holds {mem.streaming_memory_bytes} "
+        f"bytes in memory kind pinned_host but {have}.",
+        "What to try: keep fewer arrays in pinned_host (offload only the largest state), shard "
+        "them over more IPUs, keep some in unpinned_host (host memory, over the host link), or "
+        "use jax_ipu_model_version='ipu2' (IPU-M2000) or 'ipu21' (Bow-2000), which have "
+        "Streaming Memory.",
+    ])
+
+
 def format_out_of_memory(report: ProgramReport) -> str:
     """Poplar's out-of-memory message, with the largest contributors and what to try."""
     mem, target = report.memory, report.target
+    if not mem.tiles_out_of_memory:
+        return format_streaming_out_of_memory(report)
     lines = [
         f"Out of memory on tile {mem.max_tile}: {mem.max_tile_bytes} bytes used but tiles only "
         f"have {target.bytes_per_tile} bytes of memory",
@@ -186,5 +226,10 @@ def format_out_of_memory(report: ProgramReport) -> str:
         f"lower jax_ipu_available_memory_proportion (now {target.available_memory_proportion:g})",
         "  - donate inputs you no longer need (jax.jit(..., donate_argnums=...)) so results "
         "reuse their memory",
+        "  - keep large state that a step reads once (e.g. optimizer state) in Streaming Memory: "
+        "a jit in/out sharding with memory_kind='pinned_host', brought in with jax.device_put "
+        "inside the step",
     ]
+    if mem.streaming_out_of_memory:
+        lines += ["", format_streaming_out_of_memory(report)]
     return "\n".join(lines)

@@ -122,6 +122,27 @@ GW_LINK_BYTES_PER_S = 100e9 / 8  # [P] 100 Gbps
 IPU_LINK_SYNC_S_PER_HOP = 15e-9  # [P] L-2
 GW_LINK_STEP_LATENCY_S = 10e-6  # [D] through the gateways (RoCE over 100 GbE)
 
+# --- Streaming Memory: the IPU-Machine's DDR behind its IPU-Gateway (JAX kind pinned_host) ----
+# Capacity per machine: "Up to 256GB Streaming Memory" per Bow-2000 [P] (Bow-2000 datasheet,
+# overview); "up to 448GB" per IPU-M2000 [S] (M2000 datasheet as quoted in IPU_FACTS.md);
+# DIMM sizes, so binary gigabytes [D]. A C2 PCIe card (ipu1) has none [P]. The model gives each
+# IPU of a machine an equal share [D] (the machine's DDR is shared; Poplar places remote
+# buffers per IPU).
+IPU1_STREAMING_MEMORY_BYTES_PER_MACHINE = 0  # [P] no Streaming Memory on C2 cards
+IPU2_STREAMING_MEMORY_BYTES_PER_MACHINE = 448 * 2**30  # [S] IPU-M2000
+IPU21_STREAMING_MEMORY_BYTES_PER_MACHINE = 256 * 2**30  # [P] Bow-2000
+# Each IPU reaches the gateway over PCIe Gen4 x8 [S] (IPU-M2000 block diagram of Graphcore's
+# BMC user guide, as reproduced second-hand): 16 GT/s x 8 lanes x 128/130 = 15.75 GB/s each
+# way [D]. Graphcore's popxl-addons tutorial [P] puts Streaming Memory "between 3x and 20x
+# slower" than IPU-Link transfers: 320 GB/s over all 10 links / 20 = 16 GB/s, which agrees.
+# No measurement is published; a Bow-2000 keeps the M2000's gateway [D].
+# 16 GT/s x 8 lanes, 128b/130b encoding, in bytes: 15.75 GB/s.
+STREAMING_MEMORY_BYTES_PER_S = 16e9 * 8 * (128 / 130) / 8  # [D from S]
+# A copy to or from Streaming Memory is a stream copy the gateway serves without the host's
+# begin and end handshakes: its data phase's fixed part (H-3, StreamCopyMid ~1.5k cycles [P])
+# and the sync that starts it (C-5) [D from P].
+STREAMING_COPY_SYNCS = 1  # [D]
+
 # Number formats, from Poplar's device types [P] (poplar/Type.hpp, docs.graphcore.ai/projects/
 # poplar-api, "Type"): BOOL, CHAR, SIGNED_CHAR, UNSIGNED_CHAR, SHORT, UNSIGNED_SHORT, INT,
 # UNSIGNED_INT, LONGLONG, UNSIGNED_LONGLONG, HALF, FLOAT on every IPU; no DOUBLE, no complex and

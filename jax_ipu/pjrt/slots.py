@@ -26,8 +26,9 @@ from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
 from jax_ipu.runtime.cluster import Cluster
-from jax_ipu.runtime.device import IpuDevice, IpuMemory
+from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.executable import IpuExecutable
+from jax_ipu.runtime.memory import IpuMemory
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +188,11 @@ def client_create(args: Any) -> None:
         state.client, state.process_index, state.num_processes, state.coordinator_address)
     client = IpuClient(Settings.from_config(), cluster)
     for device in client.devices:
-        device.memory.handle = _table.new_handle(device.memory, kind=IpuMemory.kind.encode())
-        device.handle = _table.new_handle(device, memory=device.memory.handle,
-                                          stats=device.stats_counters)
+        for memory in device.memories.values():
+            memory.handle = _table.new_handle(memory, kind=memory.kind.encode(),
+                                              kind_id=memory.kind_id,
+                                              stats=memory.stats_counters)
+        device.handle = _table.new_handle(device, memory=device.memory.handle)
     client.handle = _table.new_handle(client)
     args.client = _table.give(client.handle)
 
@@ -275,7 +278,8 @@ def client_compile(args: Any) -> None:
 @slot("Client_BufferFromHostBuffer", abi.ClientBufferFromHostBuffer)
 def client_buffer_from_host(args: Any) -> None:
     client = _obj(args.client)
-    device = _obj(args.device) if args.device else _obj(args.memory).device
+    memory: IpuMemory = _obj(args.memory) if args.memory else _obj(args.device).memory
+    device = memory.device
     kind = dtypes.BY_PJRT.get(args.type)
     if kind is None:
         raise IpuError(f"jax_ipu cannot hold arrays of PJRT element type {args.type}.")
@@ -283,9 +287,9 @@ def client_buffer_from_host(args: Any) -> None:
     dims = tuple((ctypes.c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims \
         else ()
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
-    array = client.put(host, device)
-    args.buffer = _table.give(_table.new_buffer(array, device.handle, args.type, dims,
-                                                host.nbytes))
+    array = client.put(host, memory)
+    args.buffer = _table.give(_table.new_buffer(array, device.handle, memory.handle, args.type,
+                                                dims, host.nbytes))
     args.done_with_host_buffer = _table.READY_EVENT
 
 
@@ -365,7 +369,7 @@ def device_local_hardware_id(args: Any) -> None:
 @slot("Device_AddressableMemories", abi.DeviceList)
 def device_memories(args: Any) -> None:
     device = _obj(args.device)
-    args.items, args.num_items = _handles(device, "memories", [device.memory])
+    args.items, args.num_items = _handles(device, "memories", list(device.memories.values()))
 
 
 @slot("Device_DefaultMemory", abi.DevicePtr)
@@ -383,8 +387,11 @@ def device_get_attributes(args: Any) -> None:
 
 @slot("Device_MemoryStats", abi.DeviceMemoryStats)
 def device_memory_stats(args: Any) -> None:
-    device = _obj(args.device)
-    stats = device.stats
+    """Tile memory (JAX's default memory kind) in the usual fields; Streaming Memory (kind
+    pinned_host) in the reserved ones: bytes_reserved, peak_bytes_reserved and
+    bytes_reservable_limit (jax's memory_stats() has no field per memory kind)."""
+    device: IpuDevice = _obj(args.device)
+    stats, streaming = device.stats, device.streaming_stats
     start = abi.DeviceMemoryStats.bytes_in_use.offset  # jaxlib leaves the outputs uninitialised
     ctypes.memset(ctypes.addressof(args) + start, 0, abi.DeviceMemoryStats.STRUCT_SIZE - start)
     args.bytes_in_use = stats.bytes_in_use
@@ -392,6 +399,11 @@ def device_memory_stats(args: Any) -> None:
     args.num_allocs, args.num_allocs_is_set = stats.num_allocs, True
     args.largest_alloc_size, args.largest_alloc_size_is_set = stats.largest_alloc_size, True
     args.bytes_limit, args.bytes_limit_is_set = stats.bytes_limit, True
+    args.bytes_reserved, args.bytes_reserved_is_set = streaming.bytes_in_use, True
+    args.peak_bytes_reserved = streaming.peak_bytes_in_use
+    args.peak_bytes_reserved_is_set = True
+    args.bytes_reservable_limit = streaming.bytes_limit
+    args.bytes_reservable_limit_is_set = True
 
 
 @slot("Device_ClearMemoryStats", abi.DeviceClearMemoryStats)
@@ -448,6 +460,9 @@ def executable_memory_stats(args: Any) -> None:
     args.output_size_in_bytes = figures["output"]
     args.alias_size_in_bytes = figures["alias"]
     args.temp_size_in_bytes = figures["temp"]
+    args.host_argument_size_in_bytes = figures["host_argument"]
+    args.host_output_size_in_bytes = figures["host_output"]
+    args.host_temp_size_in_bytes = figures["host_temp"]
     args.peak_memory_in_bytes = figures["peak"]
     args.total_size_in_bytes = figures["total"]
 
@@ -464,21 +479,21 @@ def _byte_strings(owner: Any, key: Any, items: Sequence[bytes]) -> tuple[int, in
     return ctypes.addressof(ptrs), ctypes.addressof(sizes)
 
 
-def _memory_kinds(args: Any, count: int) -> None:
+def _memory_kinds(args: Any, which: str, kinds: tuple[str, ...]) -> None:
     exe: IpuExecutable = _obj(args.executable)
-    args.num_outputs = count
+    args.num_outputs = len(kinds)
     args.memory_kinds, args.memory_kind_sizes = _byte_strings(
-        exe, ("kinds", count), [IpuMemory.kind.encode()] * count)
+        exe, ("kinds", which), [k.encode() for k in kinds])
 
 
 @slot("Executable_OutputMemoryKinds", abi.ExecutableMemoryKinds)
 def executable_output_memory_kinds(args: Any) -> None:
-    _memory_kinds(args, _obj(args.executable).num_outputs)
+    _memory_kinds(args, "output", _obj(args.executable).output_kinds)
 
 
 @slot("Executable_ParameterMemoryKinds", abi.ExecutableMemoryKinds)
 def executable_parameter_memory_kinds(args: Any) -> None:
-    _memory_kinds(args, _obj(args.executable).num_args)
+    _memory_kinds(args, "parameter", _obj(args.executable).parameter_kinds)
 
 
 @slot("Executable_OutputElementTypes", abi.ExecutableOutputElementTypes)
@@ -508,14 +523,9 @@ def executable_output_dims(args: Any) -> None:
 def executable_optimized_program(args: Any) -> None:
     exe = _obj(args.executable)
     program = abi.Program.from_address(args.program)
-    if len(exe.devices) == 1:
-        # The IPU program is the StableHLO jax sent: no IPU rewriting happens before Poplar.
-        kind, code = "mlir", exe.code
-    else:
-        # A multi-device program is answered as XLA's partitioner made it: jaxlib cannot turn
-        # the Shardy program jax sent back into HLO (sdy.manual_computation).
-        kind, code = "mlir", _keep(exe, "partitioned", exe.partitioned_program)
-    program.format, program.format_size = _string(None, kind)
+    # jaxlib asks twice (size, then bytes) and reads the executable's layouts from it.
+    code = _keep(exe, "optimized", exe.optimized_program)
+    program.format, program.format_size = _string(None, "mlir")
     if program.code:
         ctypes.memmove(program.code, code, min(len(code), program.code_size))
     program.code_size = len(code)
@@ -631,10 +641,10 @@ def buffer_to_host(args: Any) -> None:
         raise ValueError(f"host buffer of {args.dst_size} bytes is too small for "
                          f"{handle.nbytes} bytes")
     array = _live_array(handle)
-    device = handle.device
+    memory: IpuMemory = handle.memory
     out = np.frombuffer(_table.memory(args.dst, handle.nbytes, True), np.dtype(array.dtype)
                         ).reshape(array.shape)
-    device.client.fetch(array, device, out)
+    memory.device.client.fetch(array, memory, out)
     args.event = _table.READY_EVENT
 
 
@@ -644,22 +654,23 @@ def buffer_unsafe_pointer(args: Any) -> None:
     args.buffer_pointer = _live_array(_table.deref(args.buffer)).unsafe_buffer_pointer()
 
 
-def _copy(args: Any, device: IpuDevice) -> None:
+def _copy(args: Any, dest: IpuMemory) -> None:
     handle = _table.deref(args.buffer)
-    source = handle.device
-    array = source.client.copy(_live_array(handle), source, device)
-    args.dst_buffer = _table.give(_table.new_buffer(array, device.handle, handle.element_type,
-                                                    handle.dims, handle.nbytes))
+    source: IpuMemory = handle.memory
+    array = source.device.client.copy(_live_array(handle), source, dest)
+    args.dst_buffer = _table.give(_table.new_buffer(array, dest.device.handle, dest.handle,
+                                                    handle.element_type, handle.dims,
+                                                    handle.nbytes))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)
 def buffer_copy_to_device(args: Any) -> None:
-    _copy(args, _obj(args.dst))
+    _copy(args, _obj(args.dst).memory)
 
 
 @slot("Buffer_CopyToMemory", abi.BufferCopyTo)
 def buffer_copy_to_memory(args: Any) -> None:
-    _copy(args, _obj(args.dst).device)
+    _copy(args, _obj(args.dst))
 
 
 def _no_distributed_state() -> Any:

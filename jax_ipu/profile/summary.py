@@ -74,6 +74,15 @@ def graph_summary(graph: dict[str, Any]) -> list[str]:
         _row("Minimum", _n(min(per_tile, default=0)), 4),
         _row("Average", _n(sum(per_tile) / max(len(per_tile), 1)), 4),
         _row("Tiles out of memory", _n(mem["num_tiles_out_of_memory"]), 4),
+    ]
+    kinds = mem.get("other_kinds", {})
+    if kinds:
+        lines += ["", "  Other memory kinds (not on the tiles):"]
+        for kind, label in (("pinned_host", "Streaming Memory (pinned_host)"),
+                            ("unpinned_host", "Host memory (unpinned_host)")):
+            if kinds.get(kind):
+                lines.append(_row(label, f"{_n(kinds[kind])} ({_size(kinds[kind])})", 4))
+    lines += [
         "", f"  Largest contributors on tile {mem['max_tile']}:",
     ]
     for c in mem["top_contributors"]:
@@ -126,6 +135,7 @@ def execution_summary(execution: dict[str, Any]) -> list[str]:
         _row("  exchange (busiest tile)", _n(run["exchange"])),
         _row("  sync", _n(run["sync"])),
         _row("  host exchange", _n(run["host_exchange"])),
+        _row("  moves between memory kinds", _n(run.get("streaming", 0))),
         _row("Host cycles per call (start, end)", _n(run["call"])),
         _row("Cycles per call with the host's",
              f"{_n(run['with_call']['cycles'])} (approx "

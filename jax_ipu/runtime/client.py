@@ -19,11 +19,13 @@ import numpy as np
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.model import TO_DEVICE, TO_HOST, host_transfer
+from jax_ipu.model.streaming import DEVICE, UNPINNED_HOST, move
 from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.executable import IpuExecutable
+from jax_ipu.runtime.memory import IpuMemory
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +114,11 @@ class IpuClient:
         self.devices = self._make_devices()
         self.addressable = [d for d in self.devices if d.process_index == self.process_index]
         self.by_id = {d.id: d for d in self.devices}
-        self._shardings = {d.id: jax.sharding.SingleDeviceSharding(d.cpu_device)
-                           for d in self.addressable}
+        # Each memory's arrays live in the same memory kind of its CPU device, so that the
+        # XLA:CPU executables find their arguments where the programs declare them.
+        self._shardings = {(d.id, kind): jax.sharding.SingleDeviceSharding(d.cpu_device,
+                                                                            memory_kind=kind)
+                           for d in self.addressable for kind in d.memories}
         self.build = serialized.build_id()
         target = settings.target
         # jax's compilation cache keys on it: everything a compile's result depends on (the
@@ -149,8 +154,8 @@ class IpuClient:
         return devices
 
     @property
-    def memories(self) -> list[Any]:
-        return [d.memory for d in self.addressable]
+    def memories(self) -> list[IpuMemory]:
+        return [m for d in self.addressable for m in d.memories.values()]
 
     def device(self, device_id: int) -> IpuDevice:
         try:
@@ -199,43 +204,76 @@ class IpuClient:
             self.profiler.compiled(exe, start, time.perf_counter())
         return exe
 
-    def put(self, host: np.ndarray, device: IpuDevice) -> Any:
-        """Host -> device: a CPU array with a copy of `host`, which may be a view of memory the
-        caller reuses once this returns. Refused when the device's memory cannot hold it."""
-        if host.nbytes > device.bytes_free:
-            raise IpuOutOfMemoryError(
-                f"Cannot transfer {host.nbytes} bytes ({host.dtype.name}{list(host.shape)}) to "
-                f"{device!r}: its tile memory holds {device.bytes_limit} bytes "
-                f"({device.target.num_tiles} tiles x {device.target.bytes_per_tile}) and "
-                f"{device.bytes_limit - device.bytes_free} are in use. Keep the array on the "
-                "host (or on cpu), shard it over several IPUs, or delete arrays you no longer "
-                "need.")
+    def put(self, host: np.ndarray, memory: IpuMemory) -> Any:
+        """Host -> a device's memory: a CPU array with a copy of `host`, which may be a view of
+        memory the caller reuses once this returns. Refused when that memory cannot hold it."""
+        _check_room(memory, host.nbytes, f"{host.dtype.name}{list(host.shape)}")
         start = time.perf_counter() if self.profiler else 0.0
-        aval = _aval(host.shape, host.dtype)
-        # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.
-        array = _internals.batched_device_put(
-            aval, self._shardings[device.id], [host], [device.cpu_device], True, True,
-            _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-        cycles = _charge(device, host.nbytes, TO_DEVICE)
-        if self.profiler:
-            self.profiler.transferred("host_to_device", host.nbytes, device, start,
-                                      time.perf_counter(), cycles)
+        array = self._place(host, memory)
+        if memory.kind != UNPINNED_HOST:  # host memory is the host's own: nothing moves
+            cycles = _charge(memory.device, host.nbytes, TO_DEVICE)
+            if self.profiler:
+                self.profiler.transferred("host_to_device", host.nbytes, memory.device, start,
+                                          time.perf_counter(), cycles)
         return array
 
-    def fetch(self, array: Any, device: IpuDevice, out: np.ndarray) -> None:
-        """Device -> host: write the values of `array` (a CPU array of `device`) into `out`."""
+    def _place(self, host: np.ndarray, memory: IpuMemory) -> Any:
+        aval = _aval(host.shape, host.dtype)
+        device = memory.device
+        # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.
+        return _internals.batched_device_put(
+            aval, self._shardings[device.id, memory.kind], [host], [device.cpu_device], True,
+            True, _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+
+    def fetch(self, array: Any, memory: IpuMemory, out: np.ndarray) -> None:
+        """A device's memory -> host: write the values of `array` (a CPU array there) into
+        `out`."""
         start = time.perf_counter() if self.profiler else 0.0
         np.copyto(out, np.asarray(array), casting="no")
-        cycles = _charge(device, out.nbytes, TO_HOST)
-        if self.profiler:
-            self.profiler.transferred("device_to_host", out.nbytes, device, start,
-                                      time.perf_counter(), cycles)
+        if memory.kind != UNPINNED_HOST:
+            cycles = _charge(memory.device, out.nbytes, TO_HOST)
+            if self.profiler:
+                self.profiler.transferred("device_to_host", out.nbytes, memory.device, start,
+                                          time.perf_counter(), cycles)
 
-    def copy(self, array: Any, source: IpuDevice, device: IpuDevice) -> Any:
-        """Device -> device (over IPU-Links on hardware; through the host in this model)."""
+    def copy(self, array: Any, source: IpuMemory, dest: IpuMemory) -> Any:
+        """One memory -> another: between the kinds of one device, a move the model charges
+        (over the gateway for Streaming Memory, the host link for host memory); to another
+        device, through the host in this model (over IPU-Links on hardware)."""
         host = np.empty(array.shape, array.dtype)
-        self.fetch(array, source, host)
-        return self.put(host, device)
+        if source.device is not dest.device:
+            self.fetch(array, source, host)
+            return self.put(host, dest)
+        _check_room(dest, host.nbytes, f"{host.dtype.name}{list(host.shape)}")
+        np.copyto(host, np.asarray(array), casting="no")
+        moved = move(host.nbytes, source.kind, dest.kind, dest.device.target)
+        dest.device.advance("streaming_setup", moved.setup_cycles)
+        dest.device.advance("streaming", moved.transfer_cycles)
+        return self._place(host, dest)
+
+
+def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:
+    """Refuse, naming the memory and the fixes, an array its memory cannot hold."""
+    free = memory.bytes_free
+    if free is None or nbytes <= free:
+        return
+    device, limit = memory.device, memory.bytes_limit
+    if memory.kind == DEVICE:
+        holds = (f"its tile memory holds {limit} bytes ({device.target.num_tiles} tiles x "
+                 f"{device.target.bytes_per_tile})")
+        fixes = ("Keep the array on the host (or on cpu), put it in Streaming Memory "
+                 "(memory_kind='pinned_host'), shard it over several IPUs, or delete arrays you "
+                 "no longer need.")
+    else:
+        holds = (f"an {device.target.version} has no {memory.description} (memory kind "
+                 f"{memory.kind}): a C2 PCIe card has none" if limit == 0 else
+                 f"its {memory.description} (memory kind {memory.kind}) holds {limit} bytes, "
+                 f"its share of its {device.target.version} machine's")
+        fixes = ("Keep the array in host memory (memory_kind='unpinned_host') or on cpu, shard "
+                 "it over several IPUs, or delete arrays you no longer need.")
+    raise IpuOutOfMemoryError(
+        f"Cannot transfer {nbytes} bytes ({what}) to {device!r}: {holds} and {limit - free} are "
+        f"in use. {fixes}")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,49 +1,23 @@
-"""IPU Model devices and their memories: what PJRT reports about them, and the model clock.
-
-A device's memory counters and clock are int64 arrays that the PJRT layer updates in place."""
+"""IPU Model devices: what PJRT reports about them, their memories (one per JAX memory kind,
+memory.py) and the model clock, an int64 array that the PJRT layer updates in place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from jax_ipu.model.streaming import DEVICE, PINNED_HOST
 from jax_ipu.model.targets import Target
+from jax_ipu.runtime.memory import IpuMemory, MemoryStats, memories_of
 
 # What the model clock counts, in cycles of the device's target clock: the programs' own phases
-# on the chip (host_exchange: their stream copies, e.g. callbacks and infeeds), and the host side
-# of each call (call: starting a program and hearing it end) and of each transfer to or from
-# the host (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
+# on the chip (host_exchange: their stream copies, e.g. callbacks and infeeds; streaming: their
+# moves between memory kinds, streaming_setup their fixed parts), and the host side of each call
+# (call: starting a program and hearing it end) and of each transfer to or from the host
+# (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
-                "host_to_device", "device_to_host")
-# The layout of a device's memory counters (the PJRT layer's buffers update them).
-STATS_FIELDS = ("bytes_in_use", "peak_bytes_in_use", "num_allocs", "largest_alloc_size")
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """Bytes held on one device, in the model's sizes."""
-
-    bytes_in_use: int
-    peak_bytes_in_use: int
-    num_allocs: int
-    largest_alloc_size: int
-    bytes_limit: int
-
-
-class IpuMemory:
-    """The tile memory of one device (PJRT memory kind 'device')."""
-
-    kind = "device"
-
-    def __init__(self, device: IpuDevice) -> None:
-        self.device = device
-        self.id = device.id
-        self.handle: Any = None  # set by the PJRT layer
-
-    def __repr__(self) -> str:
-        return f"IpuMemory(id={self.id}, kind={self.kind}, device={self.device.id})"
+                "host_to_device", "device_to_host", "streaming_setup", "streaming")
 
 
 class IpuDevice:
@@ -57,9 +31,8 @@ class IpuDevice:
         self.target = target
         self.cpu_device = cpu_device
         self.client = client  # the IpuClient that made it
-        self.memory = IpuMemory(self)
-        self.bytes_limit = target.num_tiles * target.bytes_per_tile
-        self.stats_counters = np.zeros(len(STATS_FIELDS), np.int64)
+        self.memories = memories_of(self)
+        self.memory = self.memories[DEVICE]  # the default: tile memory
         self.clock = np.zeros(len(CLOCK_FIELDS), np.int64)
         self.handle: Any = None  # set by the PJRT layer
 
@@ -67,16 +40,23 @@ class IpuDevice:
     def kind(self) -> str:
         return f"IPU Model {self.target.version}"
 
+    def memory_of(self, kind: str) -> IpuMemory:
+        """This device's memory of a JAX memory kind (device, pinned_host, unpinned_host)."""
+        return self.memories[kind]
+
     @property
     def stats(self) -> MemoryStats:
-        return MemoryStats(*(int(v) for v in self.stats_counters), bytes_limit=self.bytes_limit)
-
-    def reset_peak(self) -> None:
-        self.stats_counters[1] = self.stats_counters[0]
+        """Tile memory's figures (JAX's default memory)."""
+        return self.memory.stats
 
     @property
-    def bytes_free(self) -> int:
-        return self.bytes_limit - int(self.stats_counters[0])
+    def streaming_stats(self) -> MemoryStats:
+        """Streaming Memory's figures (memory kind pinned_host)."""
+        return self.memories[PINNED_HOST].stats
+
+    def reset_peak(self) -> None:
+        for memory in self.memories.values():
+            memory.reset_peak()
 
     def advance(self, field: str, cycles: int) -> None:
         """Move the model clock on by `cycles` spent on `field` (one of CLOCK_FIELDS)."""

@@ -16,7 +16,7 @@ import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
 from jax_ipu import _internals
-from jax_ipu.compiler import Compiled
+from jax_ipu.compiler import Compiled, numerics
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
@@ -91,7 +91,7 @@ class IpuExecutable:
         if not self.direct:
             return self.cpu_executable.execute_sharded
         return _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
-                           self.program.inputs, self.outputs)
+                           self.parameter_kinds, self.outputs, self.output_kinds)
 
     @property
     def num_args(self) -> int:
@@ -118,6 +118,24 @@ class IpuExecutable:
     def num_outputs(self) -> int:
         return len(self.outputs)
 
+    # ---- memory kinds: where each argument and output lives ----
+    @property
+    def parameter_kinds(self) -> tuple[str, ...]:
+        """The memory kind of each argument, as the program declares it."""
+        kinds = self.program.input_kinds
+        return kinds if len(kinds) == self.num_args else ("device",) * self.num_args
+
+    @functools.cached_property
+    def output_kinds(self) -> tuple[str, ...]:
+        """The memory kind of each output, where XLA:CPU leaves it (what the program asked)."""
+        return tuple(self.cpu_executable.get_output_memory_kinds()[0])
+
+    @property
+    def output_memories(self) -> list[list[Any]]:
+        """Per addressable device, per output: the PJRT handle of the memory it lands in."""
+        return [[d.memory_of(kind).handle for kind in self.output_kinds]
+                for d in self.addressable]
+
     @property
     def with_token(self) -> bool:
         """Whether completion is read from XLA:CPU's token: several devices (all must finish),
@@ -141,7 +159,8 @@ class IpuExecutable:
         """What one execution adds to each of its devices' model clocks (CLOCK_FIELDS)."""
         cycles = self.report.cycles
         spent = {"compute": cycles.compute, "exchange": cycles.exchange, "sync": cycles.sync,
-                 "host_exchange": cycles.host_exchange, "call": cycles.call}
+                 "host_exchange": cycles.host_exchange, "call": cycles.call,
+                 "streaming_setup": cycles.streaming_setup, "streaming": cycles.streaming}
         return np.array([round(spent.get(f, 0)) for f in CLOCK_FIELDS], np.int64)
 
     @property
@@ -162,12 +181,12 @@ class IpuExecutable:
         XLA:CPU takes a program's per-device arguments as one array over its devices. A
         replicated sharding places shard d on device d for any shard shape; the executable, not
         the sharding, decides what the shards mean, so the shards need not be equal."""
-        sharding = _replicated(self._cpu_devices)
         joined = []
-        for shards in zip(*per_device, strict=True):
+        for shards, kind in zip(zip(*per_device, strict=True), self.parameter_kinds,
+                                strict=True):
             aval = jax.core.ShapedArray(shards[0].shape, shards[0].dtype)
-            joined.append(_internals.ArrayImpl(aval, sharding, list(shards), committed=True,
-                                               _skip_checks=True))
+            joined.append(_internals.ArrayImpl(aval, _replicated(self._cpu_devices, kind),
+                                               list(shards), committed=True, _skip_checks=True))
         return joined
 
     # ---- what jax asks about the program ----
@@ -181,6 +200,18 @@ class IpuExecutable:
             # No outputs is an empty tuple, whose sharding is one TUPLE OpSharding (type 2).
             return [b""] * count if count or which == "parameter" else [b"\x08\x02"]
         return [s.SerializeToString() for s in found]
+
+    @functools.cached_property
+    def layouts(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        """(parameters, outputs) minor-to-major layouts, as XLA:CPU compiled the program."""
+        return numerics.entry_layouts(self.cpu_executable)
+
+    def optimized_program(self) -> bytes:
+        """The program jax asks for (Executable_OptimizedProgram), with its entry layouts: of one
+        device, the StableHLO jax sent, which is what the model judged; of several, what one
+        device runs after XLA's SPMD partitioner (jaxlib cannot print the Shardy program)."""
+        code = self.code if len(self.devices) == 1 else self.partitioned_program()
+        return numerics.with_entry_layouts(code, *self.layouts)
 
     def partitioned_program(self) -> bytes:
         """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
@@ -209,6 +240,11 @@ class IpuExecutable:
             "peak": memory.peak_bytes,
             "total": memory.argument_bytes + memory.output_bytes - memory.alias_bytes
             + memory.temporary_bytes + code,
+            # Streaming Memory and host memory (JAX's host memory kinds)
+            "host_argument": memory.host_argument_bytes,
+            "host_output": memory.host_output_bytes,
+            "host_temp": max(0, sum(memory.other_kinds.values()) - memory.host_argument_bytes
+                             - memory.host_output_bytes),
         }
 
     def cost_analysis(self) -> dict[str, float]:
@@ -223,6 +259,9 @@ class IpuExecutable:
             "ipu_sync_cycles": cycles.sync,
             "ipu_host_exchange_cycles": cycles.host_exchange,
             "ipu_call_cycles": cycles.call,
+            "ipu_streaming_setup_cycles": cycles.streaming_setup,
+            "ipu_streaming_cycles": cycles.streaming,
+            "ipu_streaming_memory_bytes": report.memory.streaming_memory_bytes,
             "ipu_seconds": report.seconds,
             "ipu_clock_hz": report.target.clock_hz,
             "ipu_max_tile_bytes": report.memory.max_tile_bytes,
@@ -230,18 +269,21 @@ class IpuExecutable:
         }
 
 
-def _dispatcher(name: str, executable: Any, cpu_device: Any, inputs: Sequence[Any],
-                outputs: Sequence[OutputSpec]) -> Any:
+def _dispatcher(name: str, executable: Any, cpu_device: Any, input_kinds: Sequence[str],
+                outputs: Sequence[OutputSpec], output_kinds: Sequence[str]) -> Any:
     """A callable running `executable` on one CPU device as jax dispatches its own compiled
     programs: f(*arrays) -> tuple of output arrays. Its first call (and a call whose arguments
     jax's cache does not recognise) runs execute_sharded and hands jax what its C++ fast path
-    needs next time."""
-    sharding = jax.sharding.SingleDeviceSharding(cpu_device)
+    needs next time. Arguments and outputs are in the CPU device's memory of their kind."""
+    def sharding(kind: str) -> Any:
+        return jax.sharding.SingleDeviceSharding(cpu_device, memory_kind=kind)
+
     avals = [jax.core.ShapedArray(o.dims, numpy_dtype(o.dtype)) for o in outputs]
-    n_in, n_out = len(inputs), len(outputs)
+    n_in, n_out = len(input_kinds), len(outputs)
     fastpath = _internals.MeshExecutableFastpathData(
-        executable, jax.tree_util.tree_structure(tuple(range(n_out))), [sharding] * n_in,
-        [sharding] * n_out, avals, [True] * n_out, [True] * n_in, [None] * n_in, [])
+        executable, jax.tree_util.tree_structure(tuple(range(n_out))),
+        [sharding(k) for k in input_kinds], [sharding(k) for k in output_kinds], avals,
+        [True] * n_out, [True] * n_in, [None] * n_in, [])
 
     def cache_miss(*args: Any) -> tuple[Any, Any, bool]:
         results = executable.execute_sharded(list(args))
@@ -254,6 +296,6 @@ def _dispatcher(name: str, executable: Any, cpu_device: Any, inputs: Sequence[An
 
 
 @functools.lru_cache(maxsize=64)
-def _replicated(cpu_devices: tuple[Any, ...]) -> Any:
+def _replicated(cpu_devices: tuple[Any, ...], kind: str) -> Any:
     mesh = jax.sharding.Mesh(np.array(cpu_devices), ("devices",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)

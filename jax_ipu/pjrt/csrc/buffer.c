@@ -1,5 +1,5 @@
-/* PJRT buffers: handles over XLA:CPU arrays on a device, their metadata served in C, deleted (or
- * donated) in place; their bytes count against their device's memory. */
+/* PJRT buffers: handles over XLA:CPU arrays in a device's memory, their metadata served in C,
+ * deleted (or donated) in place; their bytes count against that memory (kind). */
 #include "pjrt.h"
 
 #include <stdlib.h>
@@ -21,9 +21,10 @@ typedef struct {
 } MemoryLayout;
 typedef struct { size_t struct_size; void *ext; void *buffer; MemoryLayout layout; } BufLayoutArgs;
 
-/* A buffer handle around `array` (a new reference is taken) on `device`; counts its bytes. */
-Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int64_t *dims,
-                   size_t ndims, size_t nbytes, PJRT_Event *event) {
+/* A buffer handle around `array` (a new reference is taken) in `memory` of `device` (NULL: its
+   default memory); counts its bytes there. */
+Handle *buffer_new(PyObject *array, Handle *device, Handle *memory, int element_type,
+                   const int64_t *dims, size_t ndims, size_t nbytes, PJRT_Event *event) {
   Handle *h = handle_alloc(array);
   if (h == NULL) return NULL;
   h->element_type = element_type;
@@ -36,8 +37,10 @@ Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int6
   h->nbytes = nbytes;
   Py_INCREF((PyObject *)device);
   h->device_handle = device;
+  h->memory_handle = memory ? memory : FROM_PJRT(device->memory);
+  Py_INCREF((PyObject *)h->memory_handle);
   h->event = event ? event_ref(event) : NULL;
-  stats_alloc(device, nbytes);
+  stats_alloc(h->memory_handle, nbytes);
   return h;
 }
 
@@ -45,7 +48,7 @@ Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int6
 void buffer_release(Handle *h) {
   if (h->deleted) return;
   h->deleted = 1;
-  stats_free(h->device_handle, h->nbytes);
+  stats_free(h->memory_handle, h->nbytes);
   Py_CLEAR(h->obj);
 }
 
@@ -79,7 +82,7 @@ PJRT_Error *c_Buffer_Device(void *args) {
 PJRT_Error *c_Buffer_Memory(void *args) {
   BufPtrArgs *a = args;
   SEEN(SLOT_Buffer_Memory, a);
-  a->out = BUF(a)->device_handle->memory;
+  a->out = TO_PJRT(BUF(a)->memory_handle);
   return NULL;
 }
 PJRT_Error *c_Buffer_IsDeleted(void *args) {
@@ -100,7 +103,7 @@ PJRT_Error *c_Buffer_Delete(void *args) {
 PJRT_Error *c_Buffer_IsOnCpu(void *args) {
   BufFlagArgs *a = args;
   SEEN(SLOT_Buffer_IsOnCpu, a);
-  a->flag = false; /* IPU tile memory, not host memory */
+  a->flag = false; /* the IPU's memories (Streaming Memory too), not the host's */
   return NULL;
 }
 PJRT_Error *c_Buffer_OnDeviceSizeInBytes(void *args) {
@@ -131,18 +134,21 @@ PJRT_Error *c_Buffer_GetMemoryLayout(void *args) {
 }
 
 
-/* new_buffer(array, device_handle, element_type, dims, nbytes): a ready buffer. */
+/* new_buffer(array, device_handle, memory_handle, element_type, dims, nbytes): a ready buffer
+   in that memory of that device. */
 PyObject *py_new_buffer(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *array, *device, *dims_seq;
+  PyObject *array, *device, *memory, *dims_seq;
   int etype;
   Py_ssize_t nbytes;
-  if (!PyArg_ParseTuple(args, "OO!iOn", &array, &HandleType, &device, &etype, &dims_seq, &nbytes))
+  if (!PyArg_ParseTuple(args, "OO!O!iOn", &array, &HandleType, &device, &HandleType, &memory,
+                        &etype, &dims_seq, &nbytes))
     return NULL;
   size_t n;
   int64_t *dims = dims_from(dims_seq, &n);
   if (dims == NULL) return NULL;
-  Handle *h = buffer_new(array, (Handle *)device, etype, dims, n, (size_t)nbytes, NULL);
+  Handle *h = buffer_new(array, (Handle *)device, (Handle *)memory, etype, dims, n,
+                         (size_t)nbytes, NULL);
   free(dims);
   return (PyObject *)h;
 }

@@ -14,10 +14,13 @@ void plan_free(Plan *p) {
   for (size_t d = 0; d < p->num_devices; d++) {
     if (p->devices) Py_XDECREF((PyObject *)p->devices[d]);
     if (p->clock_arrays) Py_XDECREF(p->clock_arrays[d]);
+    for (size_t k = 0; k < p->num_outputs && p->out_memories; k++)
+      Py_XDECREF((PyObject *)p->out_memories[d * p->num_outputs + k]);
   }
   for (size_t k = 0; k < p->num_outputs && p->out_dims; k++) free(p->out_dims[k]);
   free(p->donated); free(p->out_types); free(p->out_dims); free(p->out_ndims);
-  free(p->out_nbytes); free(p->devices); free(p->clock_arrays); free(p->clocks);
+  free(p->out_nbytes); free(p->devices); free(p->out_memories); free(p->clock_arrays);
+  free(p->clocks);
   free(p);
 }
 
@@ -35,14 +38,15 @@ static int plan_attr(PyObject *plan, const char *name, PyObject **out, int optio
 static Plan *plan_from(PyObject *py) {
   Plan *p = calloc(1, sizeof(Plan));
   PyObject *donated = NULL, *types = NULL, *dims = NULL, *nbytes = NULL, *devices = NULL,
-           *clocks = NULL, *token = NULL, *direct = NULL;
+           *clocks = NULL, *token = NULL, *direct = NULL, *memories = NULL;
   if (plan_attr(py, "run", &p->run, 0) || plan_attr(py, "assemble", &p->assemble, 1) ||
       plan_attr(py, "after", &p->after, 1) || plan_attr(py, "refusal", &p->refusal, 1) ||
       plan_attr(py, "name", &p->name, 0) || plan_attr(py, "advance", &p->advance_array, 0) ||
       plan_attr(py, "donated", &donated, 0) || plan_attr(py, "output_types", &types, 0) ||
       plan_attr(py, "output_dims", &dims, 0) || plan_attr(py, "output_nbytes", &nbytes, 0) ||
       plan_attr(py, "device_handles", &devices, 0) || plan_attr(py, "clocks", &clocks, 0) ||
-      plan_attr(py, "with_token", &token, 0) || plan_attr(py, "direct", &direct, 0))
+      plan_attr(py, "with_token", &token, 0) || plan_attr(py, "direct", &direct, 0) ||
+      plan_attr(py, "output_memories", &memories, 0))
     goto fail;
   p->with_token = PyObject_IsTrue(token);
   p->direct = PyObject_IsTrue(direct);
@@ -91,6 +95,7 @@ static Plan *plan_from(PyObject *py) {
     if (PyErr_Occurred()) goto fail;
   }
   p->devices = calloc(p->num_devices, sizeof(Handle *));
+  p->out_memories = calloc(p->num_devices * p->num_outputs + 1, sizeof(Handle *));
   p->clock_arrays = calloc(p->num_devices, sizeof(PyObject *));
   p->clocks = calloc(p->num_devices, sizeof(int64_t *));
   for (size_t d = 0; d < p->num_devices; d++) {
@@ -110,9 +115,22 @@ static Plan *plan_from(PyObject *py) {
       PyErr_SetString(PyExc_ValueError, "a device clock is shorter than the plan's advance");
       goto fail;
     }
+    PyObject *row = PySequence_GetItem(memories, (Py_ssize_t)d);
+    for (size_t k = 0; row && k < p->num_outputs; k++) {
+      PyObject *m = PySequence_GetItem(row, (Py_ssize_t)k);
+      if (m && !PyObject_TypeCheck(m, &HandleType)) {
+        Py_DECREF(m);
+        PyErr_SetString(PyExc_TypeError, "plan output memories must be Handles");
+        m = NULL;
+      }
+      if (m == NULL) break;
+      p->out_memories[d * p->num_outputs + k] = (Handle *)m;
+    }
+    Py_XDECREF(row);
+    if (PyErr_Occurred()) goto fail;
   }
   Py_DECREF(donated); Py_DECREF(types); Py_DECREF(dims); Py_DECREF(nbytes); Py_DECREF(devices);
-  Py_DECREF(clocks); Py_DECREF(token); Py_DECREF(direct);
+  Py_DECREF(clocks); Py_DECREF(token); Py_DECREF(direct); Py_DECREF(memories);
   if (p->direct && (p->num_devices != 1 || p->with_token)) {
     PyErr_SetString(PyExc_ValueError, "a direct plan runs one device without tokens");
     plan_free(p);
@@ -122,14 +140,15 @@ static Plan *plan_from(PyObject *py) {
 fail:
   Py_XDECREF(donated); Py_XDECREF(types); Py_XDECREF(dims); Py_XDECREF(nbytes);
   Py_XDECREF(devices); Py_XDECREF(clocks); Py_XDECREF(token); Py_XDECREF(direct);
+  Py_XDECREF(memories);
   plan_free(p);
   return NULL;
 }
 
 /* new_executable(exe, plan): an executable handle; `plan` says how Execute runs it (read once):
    run, assemble, after, refusal, name, num_args, donated, output_types, output_dims,
-   output_nbytes, device_handles, clocks (int64 arrays), advance (int64 array), with_token,
-   direct. */
+   output_nbytes, device_handles, output_memories (per device, per output: the memory Handle it
+   lands in), clocks (int64 arrays), advance (int64 array), with_token, direct. */
 PyObject *py_new_executable(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *obj, *plan;

@@ -10,8 +10,9 @@ typedef struct { size_t struct_size; void *ext; void *obj; } ObjArgs; /* every *
 
 static void handle_dealloc(Handle *self) {
   if (self->device_handle) {
-    if (!self->deleted) stats_free(self->device_handle, self->nbytes);
+    if (!self->deleted) stats_free(self->memory_handle, self->nbytes);
     Py_DECREF((PyObject *)self->device_handle);
+    Py_XDECREF((PyObject *)self->memory_handle);
   }
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
@@ -42,6 +43,12 @@ static PyObject *handle_get_device(Handle *self, void *closure) {
   Py_INCREF(dev);
   return dev;
 }
+static PyObject *handle_get_memory(Handle *self, void *closure) {
+  (void)closure;
+  PyObject *memory = self->memory_handle ? self->memory_handle->obj : Py_None;
+  Py_INCREF(memory);
+  return memory;
+}
 static PyObject *handle_get_nbytes(Handle *self, void *closure) {
   (void)closure;
   return PyLong_FromSize_t(self->nbytes);
@@ -67,6 +74,7 @@ static PyGetSetDef handle_getset[] = {
     {"deleted", (getter)handle_get_deleted, NULL, "whether jax deleted (or donated) it", NULL},
     {"address", (getter)handle_get_address, NULL, "the pointer jaxlib sees", NULL},
     {"device", (getter)handle_get_device, NULL, "a buffer's runtime device", NULL},
+    {"memory", (getter)handle_get_memory, NULL, "a buffer's runtime memory", NULL},
     {"nbytes", (getter)handle_get_nbytes, NULL, "a buffer's size in bytes", NULL},
     {"dims", (getter)handle_get_dims, NULL, "a buffer's dimensions", NULL},
     {"element_type", (getter)handle_get_element_type, NULL, "a buffer's PJRT type", NULL},
@@ -185,18 +193,22 @@ int64_t *dims_from(PyObject *seq, size_t *n) {
   return dims;
 }
 
-/* new_handle(obj, kind=None, memory=None, stats=None): a handle for a client, device (with its
-   memory's handle and its int64 memory counters) or memory (with its kind). */
+/* new_handle(obj, kind=None, kind_id=0, memory=None, stats=None): a handle for a client, device
+   (with its default memory's handle) or memory (with its kind, the kind's id and its int64
+   counters). */
 PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs) {
   (void)self;
-  static char *names[] = {"obj", "kind", "memory", "stats", NULL};
+  static char *names[] = {"obj", "kind", "kind_id", "memory", "stats", NULL};
   PyObject *obj, *kind = NULL, *memory = NULL, *stats = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|SOO", names, &obj, &kind, &memory, &stats))
+  int kind_id = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|SiOO", names, &obj, &kind, &kind_id, &memory,
+                                   &stats))
     return NULL;
   Handle *h = handle_alloc(obj);
   if (h == NULL) return NULL;
   Py_XINCREF(kind);
   h->kind = kind;
+  h->kind_id = kind_id;
   if (memory && memory != Py_None) {
     if (!PyObject_TypeCheck(memory, &HandleType)) {
       Py_DECREF(h);

@@ -1,5 +1,6 @@
-/* PJRT memories: a device's memory kind, and the counters of the bytes its buffers hold (an int64
- * array the runtime device owns and reads for memory_stats()). */
+/* PJRT memories: one per memory kind of a device (tile memory, Streaming Memory, host memory),
+ * each with the counters of the bytes its buffers hold (an int64 array the runtime memory owns
+ * and reads for memory_stats()). */
 #include "pjrt.h"
 
 typedef struct {
@@ -7,12 +8,12 @@ typedef struct {
 } MemoryKindArgs;
 typedef struct { size_t struct_size; void *ext; void *memory; int kind_id; } MemoryKindIdArgs;
 
-void stats_free(Handle *device, size_t nbytes) {
-  if (device && device->stats) device->stats[STAT_IN_USE] -= (int64_t)nbytes;
+void stats_free(Handle *memory, size_t nbytes) {
+  if (memory && memory->stats) memory->stats[STAT_IN_USE] -= (int64_t)nbytes;
 }
-void stats_alloc(Handle *device, size_t nbytes) {
-  if (device == NULL || device->stats == NULL) return;
-  int64_t *s = device->stats, n = (int64_t)nbytes;
+void stats_alloc(Handle *memory, size_t nbytes) {
+  if (memory == NULL || memory->stats == NULL) return;
+  int64_t *s = memory->stats, n = (int64_t)nbytes;
   s[STAT_IN_USE] += n;
   s[STAT_ALLOCS] += 1;
   if (s[STAT_IN_USE] > s[STAT_PEAK]) s[STAT_PEAK] = s[STAT_IN_USE];
@@ -28,6 +29,6 @@ PJRT_Error *c_Memory_Kind(void *args) {
 }
 PJRT_Error *c_Memory_Kind_Id(void *args) {
   MemoryKindIdArgs *a = args;
-  a->kind_id = 0; /* one memory kind per device */
+  a->kind_id = FROM_PJRT(a->memory)->kind_id;
   return NULL;
 }

@@ -127,16 +127,19 @@ typedef struct Handle {
   size_t ndims;
   size_t nbytes;
   struct Handle *device_handle; /* of a buffer: its device's handle (devices outlive buffers) */
+  struct Handle *memory_handle; /* of a buffer: the memory (kind) it lives in; its bytes count
+                                   there */
   PJRT_Event *event;            /* of a buffer: NULL when ready at creation */
   /* devices */
-  PyObject *stats_array;  /* int64[4] memory counters (STAT_*), owned by the runtime device */
-  int64_t *stats;
-  void *memory;           /* PJRT pointer of the device's memory */
+  void *memory;           /* PJRT pointer of the device's default memory */
   /* executables */
   size_t num_replicas, num_partitions, num_outputs;
   Plan *plan;
   /* memories */
   PyObject *kind;         /* memory kind (bytes) */
+  int kind_id;            /* the kind's PJRT id */
+  PyObject *stats_array;  /* int64[4] memory counters (STAT_*), owned by the runtime memory */
+  int64_t *stats;
 } Handle;
 
 #define TO_PJRT(h) ((void *)&((Handle *)(h))->vtable)
@@ -149,13 +152,13 @@ void drain_queue(void);
 int int64_array(PyObject *array, int64_t **data, size_t *n);
 int64_t *dims_from(PyObject *seq, size_t *n);
 
-/* ---- memories (memory.c): a device's memory counters ---- */
-void stats_alloc(Handle *device, size_t nbytes);
-void stats_free(Handle *device, size_t nbytes);
+/* ---- memories (memory.c): a memory's counters ---- */
+void stats_alloc(Handle *memory, size_t nbytes);
+void stats_free(Handle *memory, size_t nbytes);
 
 /* ---- buffers (buffer.c) ---- */
-Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int64_t *dims,
-                   size_t ndims, size_t nbytes, PJRT_Event *event);
+Handle *buffer_new(PyObject *array, Handle *device, Handle *memory, int element_type,
+                   const int64_t *dims, size_t ndims, size_t nbytes, PJRT_Event *event);
 void buffer_release(Handle *h);
 
 /* ---- executables (executable.c): how one runs, read once from its Python plan ---- */
@@ -173,6 +176,7 @@ struct Plan {
   int64_t **out_dims;
   size_t *out_ndims, *out_nbytes;
   Handle **devices;               /* addressable devices, in execution order */
+  Handle **out_memories;          /* output k of device d lands in [d * num_outputs + k] */
   PyObject **clock_arrays;
   int64_t **clocks;               /* per device: model clock counters */
   int64_t *advance;               /* what one execution adds to each device's clock */

@@ -138,9 +138,11 @@ static PyMethodDef methods[] = {
     {"seen_struct_sizes", py_seen_sizes, METH_NOARGS, "struct_size jaxlib passed, by slot."},
     {"slot_names", py_slot_names, METH_NOARGS, "Slot names in table order."},
     {"new_handle", (PyCFunction)(void (*)(void))py_new_handle, METH_VARARGS | METH_KEYWORDS,
-     "new_handle(obj, kind=None, memory=None, stats=None): a Handle around a runtime object."},
+     "new_handle(obj, kind=None, kind_id=0, memory=None, stats=None): a Handle around a runtime "
+     "object."},
     {"new_buffer", py_new_buffer, METH_VARARGS,
-     "new_buffer(array, device_handle, element_type, dims, nbytes): a ready buffer Handle."},
+     "new_buffer(array, device_handle, memory_handle, element_type, dims, nbytes): a ready "
+     "buffer Handle in that memory."},
     {"new_executable", py_new_executable, METH_VARARGS,
      "new_executable(exe, plan): an executable Handle that Execute runs by its plan."},
     {"give", py_give, METH_O, "Address of a handle, with one reference owned by jaxlib."},
