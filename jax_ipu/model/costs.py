@@ -17,6 +17,7 @@ from jax_ipu.model.mapping import (
     Everywhere,
     Layouts,
     Linear,
+    Mapped,
     Placement,
     distinct_per_tile,
     fresh,
@@ -230,11 +231,17 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
     full = [i for i, s in enumerate(streams) if s.index is None and s.type.size == out.size
             and not isinstance(places[i], Everywhere)]
     home = places[full[0]] if full else fresh(out, target.num_tiles)
-    aligned = all(isinstance(p, Linear | Everywhere) and s.index is None
+    linear = isinstance(home, Linear)
+    aligned = all(s.index is None and (p is home or isinstance(p, Everywhere) or
+                                       linear and isinstance(p, Linear))
                   for s, p in zip(streams, places, strict=True))
-    if aligned and isinstance(home, Linear):
+    if aligned and linear:
         # Results of earlier ops line up element for element: nothing moves.
         return home, -(-out.size // home.tiles), home.tiles, 0.0
+    if aligned and isinstance(home, Mapped):
+        counts = home.counts(target.num_tiles)
+        return Mapped(out.size, home.runs_start, home.runs_tile), math.ceil(counts.max()), \
+            int((counts > 0).sum()), 0.0
     r, scale, whole = sample_indices(out.size, home)
     fallback = r * max(1, tiles_used(out.nbytes, target.num_tiles)) // max(1, out.size)
     home_tiles, _ = home.locate(r)
@@ -259,7 +266,10 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
         used = home.tiles
     else:
         used = int((counts > 0).sum())
-    return home, math.ceil(counts.max()), used, float(received.max())
+    # A result over a view is a tensor of its own, laid out like the view (as Poplar clones
+    # an elementwise op's first operand): it never nests placements.
+    place = home if linear else Mapped.from_sample(out.size, r, home_tiles)
+    return place, math.ceil(counts.max()), used, float(received.max())
 
 
 # --- reductions ---------------------------------------------------------------------------------

@@ -159,11 +159,14 @@ def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
 
 def _peak(live: _Liveness) -> int:
     """Largest bytes live at one step of a block, its transients included."""
-    best = 0
-    for s, (tbytes, _) in enumerate(live.transient):
-        total = tbytes + sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
-        best = max(best, total)
-    return best
+    n = len(live.transient)
+    delta = np.zeros(n + 1, dtype=np.int64)
+    for b in live.buffers:
+        if b.start <= b.end and b.start < n:
+            delta[b.start] += b.nbytes
+            delta[min(b.end, n - 1) + 1] -= b.nbytes
+    held = np.cumsum(delta[:n]) + np.array([t for t, _ in live.transient], dtype=np.int64)
+    return int(held.max()) if n else 0
 
 
 def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
