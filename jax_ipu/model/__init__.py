@@ -46,7 +46,8 @@ def _op_report(row: OpRow, target: Target) -> OpReport:
         compute_cycles=c.compute_cycles * n, exchange_cycles=c.exchange_cycles * n,
         sync_cycles=sync * n, host_cycles=host * n,
         cycles=(c.compute_cycles + c.exchange_cycles + sync + host) * n,
-        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n)
+        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n, plan=c.plan,
+        runner_up=c.alternative)
 
 
 def analyze(program: Program, target: Target) -> ProgramReport:

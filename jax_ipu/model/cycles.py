@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jax_ipu.model.costs import FUSABLE, RULES, OpCost, op_class
+from jax_ipu.model.costs import FUSABLE, RULES, OpCost, op_class, reshape_like
 from jax_ipu.model.host import host_transfer_cycles
 from jax_ipu.model.ir import Op, Program
 from jax_ipu.model.mapping import Layouts
@@ -52,35 +52,50 @@ def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
     """Which ops of a block are folded into a later elementwise op: root index -> producers.
 
     A fusable op folds into its one reader when that reader is elementwise over as many
-    elements; folded results are never stored, and their passes over memory disappear."""
+    elements; folded results are never stored, and their passes over memory disappear.
+    Reshapes (and reductions over dimensions of size 1, which are reshapes) are transparent:
+    an expression folds through them into a later elementwise op, as XLA's simplifier and
+    fusion see them."""
     reader: dict[int, int] = {}
     for j, op in enumerate(ops):
         for v in op.operand_ids:
             reader.setdefault(v, j)
     parent: dict[int, int] = {}
     for i, op in enumerate(ops):
-        if op_class(op) not in FUSABLE or len(op.result_ids) != 1:
+        if not _fusable(op) or len(op.result_ids) != 1:
             continue
         r = op.result_ids[0]
         j = reader.get(r)
         # all its reads must be by that one reader (x * x reads x twice, in one expression)
         if j is None or uses[r] != ops[j].operand_ids.count(r):
             continue
-        consumer, producer_cls = ops[j], op_class(op)
+        consumer = ops[j]
         if not consumer.results:
             continue
-        # Broadcasts become broadcast operands of the expression; others must match in size.
-        if producer_cls == "broadcast" and op_class(consumer) in FUSABLE or \
-                op_class(consumer) in ("elementwise", "conversion") and \
-                consumer.results[0].size == op.results[0].size:
+        # Broadcasts (and reshapes) become operands of the expression; others must match
+        # in size.
+        spreads = op_class(op) == "broadcast" or reshape_like(op)
+        if spreads and _fusable(consumer) or \
+                (op_class(consumer) in ("elementwise", "conversion") or reshape_like(consumer)) \
+                and consumer.results[0].size == op.results[0].size:
             parent[i] = j
+
+    def root_of(i: int) -> int:
+        while i in parent:
+            i = parent[i]
+        return i
+    # an expression must end in an elementwise op that computes it
+    for i in [i for i in parent if op_class(ops[root_of(i)]) not in ("elementwise",
+                                                                       "conversion")]:
+        del parent[i]
     groups: dict[int, list[Op]] = {}
     for i in sorted(parent):
-        root = i
-        while root in parent:
-            root = parent[root]
-        groups.setdefault(root, []).append(ops[i])
+        groups.setdefault(root_of(i), []).append(ops[i])
     return groups
+
+
+def _fusable(op: Op) -> bool:
+    return op_class(op) in FUSABLE or reshape_like(op)
 
 
 def _cost(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
@@ -148,6 +163,12 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
         cond = cost_block(op.regions[0].ops, target, uses, executions * (n + 1), depth + 1,
                           layouts)
         body = cost_block(op.regions[1].ops, target, uses, executions * n, depth + 1, layouts)
+        if trips is not None:
+            counting = _counter_ops(op)
+            for row in cond + body:
+                if id(row.op) in counting:
+                    row.cost = OpCost(note="loop counter: a counted loop is Poplar's Repeat, "
+                                           "which counts in control code")
         return [head, *cond, *body]
     # case / if: one branch runs; charge the most expensive one (worst case).
     branches = [cost_block(r.ops, target, uses, executions, depth + 1, layouts)
@@ -155,6 +176,27 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
     head.cost.note = f"{len(branches)} branches: costliest counted"
     worst = max(branches, key=lambda rows: sum(r.cycles(target) for r in rows), default=[])
     return [head, *worst]
+
+
+def _counter_ops(loop: Op) -> set[int]:
+    """Ops of a counted while that only count: its condition, and the body's increment of
+    the counter when nothing else in the body reads the counter (else the body needs it as
+    a tensor, and it is kept)."""
+    cond, body = loop.regions
+    ops = {id(o) for o in cond.ops}
+    compare = next((o for o in cond.ops if cond.result_ids and
+                    cond.result_ids[0] in o.result_ids), None)
+    counters = [cond.arg_ids.index(v) for v in (compare.operand_ids if compare else ())
+                if v in cond.arg_ids]
+    for k in counters:
+        if k >= len(body.arg_ids):
+            continue
+        arg = body.arg_ids[k]
+        readers = [o for o in body.ops for _ in range(o.operand_ids.count(arg))]
+        if len(readers) == 1 and readers[0].kind == "add" and \
+                body.result_ids[k:k + 1] == readers[0].result_ids[:1]:
+            ops.add(id(readers[0]))
+    return ops
 
 
 def cost_program(program: Program, target: Target) -> list[OpRow]:

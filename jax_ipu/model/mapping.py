@@ -241,7 +241,7 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
         return None
     out, a = op.results[0], op.operands[0]
     attrs, kind = op.attributes, op.kind
-    if kind in ("reshape", "bitcast_convert") and out.size == a.size:
+    if kind in _SAME_ELEMENTS and out.size == a.size:
         return lambda r: (np.zeros_like(r), r)
     if kind == "slice":
         start, stride = attrs["start_indices"], attrs.get("strides") or [1] * len(a.shape)
@@ -302,7 +302,8 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
 
 
 # Views whose elements keep their flat indices: the result is placed as its operand.
-_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert"})
+# (a reduction of size-1 dimensions only is a reshape).
+_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce"})
 # Ops whose k-th result lives where their k-th operand does.
 _SAME_AS_OPERANDS = frozenset({"while", "optimization_barrier", "scatter",
                                "dynamic_update_slice"})

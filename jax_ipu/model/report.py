@@ -80,6 +80,8 @@ class OpReport:
     tiles: int
     note: str
     link_bytes: int = 0  # bytes one IPU sends to other IPUs over IPU-Links or GW-Links
+    plan: str = ""  # for planned ops (matmul, conv, gather, scatter...): the plan chosen
+    runner_up: str = ""  # the best plan of another kind, and why it lost
 
 
 @dataclass
@@ -132,7 +134,8 @@ class ProgramReport:
           (total is the program on the chip; call is what the host adds to each call of it)
         - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
           fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
-          host_cycles, cycles, tiles, note, link_bytes}] in program order (region bodies
+          host_cycles, cycles, tiles, note, link_bytes, plan, runner_up}] in program order
+          (region bodies
           follow their op); a collective's link time is in exchange_cycles, and its note names
           the algorithm, group size, steps and slowest link (and, for one that XLA's SPMD
           partitioner inserted into a sharded jax.jit program, says so; such a row follows

@@ -210,7 +210,26 @@ DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6  # [P] G-4
 TRANSCENDENTAL_CYCLES_PER_VECTOR = 8  # [D] exp, log, tanh, sin... on one vector
 DIVIDE_CYCLES_PER_VECTOR = 4  # [D]
 SIMPLE_CYCLES_PER_VECTOR = 1  # [D] add, mul, compare, select, convert...
-INDEX_CYCLES_PER_ELEMENT = 4  # [D] gather/scatter address arithmetic per indexed row
+INDEX_BYTES = 4  # [P] G-5: indices are unsigned int
+# Gather and scatter vertices, in worker cycles (one worker issues every 6th cycle), from
+# PopLibs' own estimates of its MultiSlice and MultiUpdateOp assembly codelets [P] (G-5):
+# a lookup a worker copies costs 19 plus 2 per 64-bit vector (load and store), one it skips 8;
+# an update a worker adds costs 11 plus 3 per further 64-bit atom, one it skips 5 (fp32).
+MULTISLICE_CYCLES_PER_OFFSET = 19  # [P] G-5
+MULTISLICE_CYCLES_PER_VECTOR = 2  # [P] G-5
+MULTISLICE_CYCLES_PER_SKIPPED_OFFSET = 8  # [P] G-5
+MULTIUPDATE_CYCLES_PER_OFFSET = 11  # [P] G-5
+MULTIUPDATE_CYCLES_PER_ATOM = 3  # [P] G-5
+MULTIUPDATE_CYCLES_PER_SKIPPED_OFFSET = 5  # [P] G-5
+# PopLibs' planners count these vertices' own prologues (30 and 38 worker cycles) and price
+# exchanges by bytes alone, with no syncs (G-5): plans are ranked so, while the chip is charged
+# a vertex launch, exchange set-up and syncs (C-5).
+MULTISLICE_PROLOGUE_CYCLES = 30  # [P] G-5
+MULTIUPDATE_PROLOGUE_CYCLES = 38  # [P] G-5: 3 + 29 + 6 for a scaled fp32 update
+# Writing a constant into one contiguous piece of a tile's memory costs set-up beyond its
+# stores: PopLibs' Fill2d estimate, 16 before the loop, 6 after, 1-2 for alignment, less the
+# 3 the 2-D loop shares (G-5). A table split over columns is one piece per row on a tile.
+FILL_CYCLES_PER_REGION = 21  # [P] G-5
 
 
 @dataclass(frozen=True)
