@@ -16,7 +16,7 @@ from jax_ipu.model.targets import MIN_BYTES_PER_TILE, TENSOR_GRAIN_BYTES
 
 # Elements whose tiles are looked at one by one; larger values are judged on a fixed sample
 # (model/costs.py's elementwise rule, for operands that are views or broadcasts).
-EXACT_ELEMENTS = 1 << 20
+EXACT_ELEMENTS = 1 << 17
 LINEAR_SAMPLE = 1 << 15
 # Views stacked on views before the innermost are materialised (Mapped), so that a chain of
 # n views costs n bounded steps, never a recursion n deep.
