@@ -133,6 +133,8 @@ class OpCost:
     # exchange steps means one per exchange phase seen in exchange_cycles
     exchange_steps: int = 0
     compute_steps: int = 0
+    messages: int = 0  # exchange instructions per exchange step on a tile (0: one each way)
+    kernel_positions: int = 0  # for AMP ops: kernel positions its worklists cover
     plan: str = ""  # the plan a planner chose, with its cycles
     alternative: str = ""  # the runner-up plan and why it lost
 
@@ -147,7 +149,7 @@ def _vector_elems(dtype: str) -> int:
     return 1
 
 
-def _alu_cycles(kind: str) -> int:
+def alu_cycles(kind: str) -> int:
     if kind in _TRANSCENDENTAL:
         return TRANSCENDENTAL_CYCLES_PER_VECTOR
     if kind in _DIVIDE:
@@ -237,7 +239,7 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(_alu_cycles(o.kind) for o in chain
+    alu = sum(alu_cycles(o.kind) for o in chain
               if op_class(o) not in ("broadcast", "free"))
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
@@ -308,12 +310,17 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     the exchange and a second vertex combines them where the output lives (two syncs)."""
     n_in = max(1, len(op.operands) // 2)
     inputs, out = op.operands[:n_in], _main(op)
+    # an expression fused into the reduction (a conversion, a square) is computed as it
+    # reads: its own operands are what crosses memory
+    read = [st.type for st in _streams(op, fused)] if fused else list(inputs)
+    read = read or list(inputs)
     elems = inputs[0].size
-    tiles_in = max(1, tiles_used(inputs[0].nbytes, target.num_tiles))
+    tiles_in = max(1, tiles_used(max(t.nbytes for t in read), target.num_tiles))
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
-    body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
-    per_vector = max(body, sum(_accesses(width, t, target) for t in inputs))
+    body = (sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1) + \
+        sum(alu_cycles(o.kind) for o in fused if op_class(o) in ("elementwise", "conversion"))
+    per_vector = max(body, sum(_accesses(width, t, target) for t in read))
     compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target)
     dims = op.attributes.get("dimensions") or []
     rank = len(inputs[0].shape)
@@ -338,7 +345,7 @@ def window(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     size = math.prod(op.attributes.get("window_dimensions") or [1])
     tiles, per_tile = _spread(out, target)
     width = _vector_elems(out.dtype)
-    body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+    body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
     per_vector = size * max(body, _accesses(width, op.operands[0], target)) + \
         _accesses(width, out, target)
     return OpCost(
@@ -455,6 +462,7 @@ def _planned(choice: Choice, target: Target, **fields) -> OpCost:
         compute_cycles=plan.compute_cycles, exchange_cycles=plan.exchange_cycles,
         syncs=plan.syncs, tiles=plan.tiles, workspace_bytes_per_tile=plan.temp_bytes_per_tile,
         exchange_steps=plan.exchange_steps, compute_steps=plan.compute_steps,
+        messages=plan.messages, kernel_positions=plan.kernel_positions,
         plan=choice.describe(target), alternative=choice.alternative(target), **fields)
 
 
@@ -487,7 +495,7 @@ def scatter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost
     count = max(1, updates.size // window)
     rows = max(1, math.prod(operand.shape[d] for d in
                             dn.get("scatter_dims_to_operand_dims") or [0]))
-    combine = any(_alu_cycles(o.kind) for r in op.regions for o in r.ops)
+    combine = any(alu_cycles(o.kind) for r in op.regions for o in r.ops)
     base = op.operand_ids[0] if op.operand_ids else None
     fill = base is not None and isinstance(layouts.of(base, operand), Everywhere)
     placed = base is None or layouts.planned(base)
@@ -553,7 +561,7 @@ def collective(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpC
     if plan.reduced_bytes:
         reduced = TensorType((plan.reduced_bytes // max(1, data.itemsize),), data.dtype)
         tiles, per_tile = _spread(reduced, target)
-        body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+        body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
         # One combining vertex per step that received data to combine.
         cost.compute_cycles = plan.combine_steps * target.vertex_cycles + \
             math.ceil(per_tile / _vector_elems(data.dtype)) * body

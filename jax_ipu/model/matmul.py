@@ -17,6 +17,7 @@ from jax_ipu.model.plans import Choice, Plan, choose, splits
 from jax_ipu.model.targets import (
     ACCUMULATOR_BYTES,
     AMP_BLOCK_INPUTS,
+    MIN_BYTES_PER_TILE,
     VECTOR_BYTES,
     Target,
 )
@@ -58,6 +59,7 @@ class MatmulPlan:
     syncs: int
     workspace_bytes_per_tile: int
     amp: bool = True  # on the AMP units; else vector multiply-accumulates
+    messages: int = 2  # exchange instructions a tile runs per exchange step
 
     @property
     def tiles(self) -> int:
@@ -144,8 +146,16 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
         exchange += target.exchange_setup_cycles + math.ceil(moved / xbw)
         compute += target.vertex_cycles + math.ceil(moved / target.local_bytes_per_tile_cycle)
         syncs += 2
+    # A tile receives each block from the tiles holding its pieces (the pn or pm sharing it,
+    # no more than its 128 B pieces), one instruction each, and multicasts its own piece
+    # with one; the partial sums' reduce-scatter sends and receives a piece per tile of its
+    # output block (no more pieces than 128 B ones).
+    sources = min(pn - 1, -(-left // MIN_BYTES_PER_TILE)) + \
+        min(pm - 1, -(-right // MIN_BYTES_PER_TILE)) + 1
+    if pk > 1:
+        sources += 2 * min(pk - 1, -(-acc // MIN_BYTES_PER_TILE))
     return MatmulPlan(splits_, serial, compute, exchange, syncs, int(received + partials),
-                      amp)
+                      amp, max(2, int(sources)))
 
 
 def _search(p: Product, placed: tuple[bool, bool], target: Target, amp: bool = True,
@@ -200,12 +210,14 @@ def _family(method: str, plan: MatmulPlan) -> str:
     return ", ".join(parts)
 
 
-def _as_plan(method: str, plan: MatmulPlan) -> Plan:
+def _as_plan(method: str, plan: MatmulPlan, positions: int = 1) -> Plan:
+    """A search result as a Plan."""
     g, m, n, k = plan.splits
     steps = plan.serial + (k > 1)
     return Plan(_family(method, plan), f"tiles over groups {g}, rows {m}, columns {n}, K {k}",
                 plan.compute_cycles, plan.exchange_cycles, plan.syncs, plan.tiles,
-                plan.workspace_bytes_per_tile, steps if plan.exchange_cycles else 0, steps)
+                plan.workspace_bytes_per_tile, steps if plan.exchange_cycles else 0, steps,
+                messages=plan.messages, kernel_positions=positions)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -266,7 +278,8 @@ def choose_conv(g: int, m: int, n: int, kernel: Kernel, itemsize: int, target: T
     for fold, method in folds.items():
         p = Product(g, m, n, k, itemsize, kernel.positions // fold, kernel.channels * fold,
                     fold)
-        candidates += [_as_plan(method, plan) for plan in _variants(p, placed, target, True)]
+        candidates += [_as_plan(method, plan, p.positions)
+                       for plan in _variants(p, placed, target, True)]
     mac = Product(g, m, n, k, itemsize, kernel.positions, kernel.channels)
     candidates += [_as_plan("vector multiply-accumulates, no AMP", plan)
                    for plan in _variants(mac, placed, target, False)]

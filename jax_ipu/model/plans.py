@@ -34,6 +34,8 @@ class Plan:
     # (PopLibs' estimates leave out per-region overheads and include biases): plans are
     # chosen by it, as Poplar chooses them, and charged by the cycles above
     estimate: float | None = None
+    messages: int = 0  # exchange instructions a tile runs per exchange step (0: one each way)
+    kernel_positions: int = 1  # kernel positions an AMP vertex's worklists cover
 
     def cycles(self, target: Target) -> float:
         return self.compute_cycles + self.exchange_cycles + self.syncs * target.sync_cycles

@@ -39,7 +39,7 @@ class MemoryReport:
     not_always_live_peak_bytes: int
     peak_bytes: int
     peak_step: int
-    code_bytes_per_tile: int
+    code_bytes_per_tile: int  # code and vertex state on the busiest tile
     per_tile_bytes: np.ndarray  # int64[num_tiles]: each tile's own peak
     max_tile: int
     max_tile_bytes: int

@@ -150,7 +150,8 @@ def plan_gather(t: Table, result_bytes: int, target: Target) -> Choice:
         family = ("lookups split, table broadcast" if p > 1 else "lookups whole") + \
             (", rows split, two stages" if s > 1 else "")
         plans.append(Plan(family, f"columns {u} x rows {s} x lookups {p}", compute, exchange,
-                          syncs + 1, u * s * p, int(temp), steps + 1, csteps, estimate))
+                          syncs + 1, u * s * p, int(temp), steps + 1, csteps, estimate,
+                          messages=2 * max(p, s)))
     return choose(plans, target)
 
 
@@ -210,7 +211,8 @@ def plan_scatter(t: Table, combine: bool, fill: bool, target: Target) -> Choice:
         family = ("updates split, partial sums reduced" if p > 1 else "updates whole") + \
             (", rows split, updates multicast" if s > 1 else "")
         plans.append(Plan(family, f"columns {u} x rows {s} x updates {p}", compute, exchange,
-                          syncs + 1, u * s * p, int(temp), steps + 1, csteps, estimate))
+                          syncs + 1, u * s * p, int(temp), steps + 1, csteps, estimate,
+                          messages=2 * max(p, s)))
     return choose(plans, target)
 
 

@@ -31,6 +31,12 @@ SOURCES: dict[str, str] = {
     "G-6": "Graphcore, Poplar and PopLibs User Guide, 'Memory usage' (vertex state, edges, "
            "exchange and control code) and PopVision Graph Analyser docs: "
            "https://docs.graphcore.ai/projects/poplar-user-guide/",
+    "G-7": "Graphcore, PopART User Guide, 'Session options: enableOutlining' (on by default: "
+           "identical subgraphs are compiled once and called, saving code memory): "
+           "https://docs.graphcore.ai/projects/popart-user-guide/",
+    "G-8": "graphcore/examples, vision/cnns/pytorch/train/configs.yml, 'resnet50': micro-batch "
+           "18 per IPU, precision 16.16, manual recomputation, availableMemoryProportion 0.16, "
+           "one IPU per replica on IPU-M2000: https://github.com/graphcore/examples",
     "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
            "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
            "https://github.com/graphcore-research/tessellate-ipu",
@@ -197,11 +203,20 @@ IPU21_EXTRA_DTYPES = frozenset({"float8_e4m3fnuz", "float8_e5m2fnuz"})  # [P] G-
 VECTOR_BYTES = 8  # [P] G-1: 64-bit SIMD datapath: 2 x fp32 or 4 x fp16 per instruction
 TENSOR_GRAIN_BYTES = 8  # [D] a tile holds whole 64-bit vectors of a linearly mapped tensor
 MIN_BYTES_PER_TILE = 128  # [D] small tensors use fewer tiles rather than slivers
-CONTROL_CODE_BYTES_PER_TILE = 8 * KIB  # [D] program skeleton on every tile
-VERTEX_CODE_BYTES_PER_KIND = 1 * KIB  # [D] one codelet per distinct op kind on a tile
-VERTEX_STATE_BYTES_PER_OP = 32  # [D] one vertex instance per op per tile it runs on
-EXCHANGE_CODE_BYTES_PER_STEP = 64  # [D] per tile per exchange phase
-CONTROL_CODE_BYTES_PER_STEP = 16  # [D] per tile per BSP step
+# Code and vertex state (model/code.py): Poplar's categories, one rule each.
+CONTROL_CODE_BYTES_PER_TILE = 8 * KIB  # [D] the tile's program skeleton; no public figure
+CONTROL_CODE_BYTES_PER_STEP = 16  # [D] four 32-bit instructions a BSP step (call, sync...)
+# One codelet per distinct op kind on a tile: PopLibs' assembly codelets run to 125-215
+# instructions of 4 B (G-5: MultiSlice.S 126, dynamicSlice.S 125, conv_partial_nx1 213), plus
+# their supervisor and C++ parts.
+VERTEX_CODE_BYTES_PER_KIND = 1 * KIB  # [D from P] G-5
+POINTER_BYTES = 4  # [P] G-1: 32-bit addresses; a vertex field holds one
+VERTEX_DESCRIPTOR_BYTES = 8  # [D from P] a vertex's codelet and state addresses (G-1)
+# AMP vertices carry worklists: per kernel position and worker an output offset, a count and
+# an input offset, 16 bits each (G-4's ConvPartial vertices).
+AMP_WORKLIST_BYTES = 6  # [D from P] G-4
+EXCHANGE_CODE_BYTES_PER_INSTRUCTION = 4  # [P] G-5: PopLibs counts 4 B an exchange instruction
+EXCHANGE_CODE_BYTES_PER_STEP = 16  # [D] an exchange's sync and set-up, four instructions
 ACCUMULATOR_BYTES = 4  # [P] partial sums in float32 ("16.32" / "32.32" precision)
 # Share of each tile a matmul or convolution may take for its temporaries: PopLibs'
 # availableMemoryProportion, 0.6 by default [P] (G-4; C-2 was measured at 0.6); the flag
