@@ -120,9 +120,15 @@ def _tut6() -> ProgramReport:
     return _judged(_matmul, (S((10000, 1000), F32), S((1000,), F32)), "ipu2")
 
 
+def _direct(transfer) -> int:
+    """A stream copy the program's own buffers feed (Poplar's connectStream, the traffic
+    tool): set-up and link, no staging copy from a user's array."""
+    return transfer.setup_cycles + transfer.link_cycles
+
+
 def _tut6_host_cycles() -> int:
     target = get_target("ipu2")
-    return sum(host_transfer(n, target, d).total for n, d in (
+    return sum(_direct(host_transfer(n, target, d)) for n, d in (
         (10000 * 1000 * 4, TO_DEVICE), (1000 * 4, TO_DEVICE), (10000 * 4, TO_HOST)))
 
 
@@ -140,12 +146,14 @@ def _triad(dtype) -> float:
 # --- H: host link and stream copies on an IPU-M2000 ---------------------------------------------
 def _host_rate(nbytes: int, direction: str) -> float:
     target = get_target("ipu2")
-    return nbytes / (host_transfer(nbytes, target, direction).total / target.clock_hz) / 1e9
+    return nbytes / (_direct(host_transfer(nbytes, target, direction)) / target.clock_hz) / 1e9
 
 
 def _h2_ms() -> float:
+    """The README times the results' transfer through the gateway, not their copy into the
+    application's arrays: set-up and link."""
     target = get_target("ipu2")
-    return host_transfer(8_800_000, target, TO_HOST).total / target.clock_hz * 1e3
+    return _direct(host_transfer(8_800_000, target, TO_HOST)) / target.clock_hz * 1e3
 
 
 def _h5_items_per_s() -> float:

@@ -138,6 +138,12 @@ IPU1_DEVICE_TO_HOST_BYTES_PER_S = IPU2_DEVICE_TO_HOST_BYTES_PER_S  # [D]
 # Seconds, so that each chip converts at its own clock. Was 5,000 cycles a transfer [D].
 HOST_SYNC_S = 82_000 / IPU2_CLOCK_HZ  # [P] H-3: one handshake with the host, ~62 us
 STREAM_COPY_MID_S = 1_500 / IPU2_CLOCK_HZ  # [P] H-3: the data phase's fixed part, ~1.1 us
+# Around each stream copy the host copies the bytes between the user's array and the stream
+# buffer. H-5 [P]: real data adds 546 us a device iteration over synthetic data for 1 MiB of
+# input; one stream copy of it takes 124 us of set-up (H-3) and 149 us on the link (H-1),
+# leaving 273 us of host-side copying for 1 MiB (PopTorch's data loader included): 3.8 GB/s.
+# Fitted on H-5, the only figure that isolates it; held back: H-2 (link only, see the tests).
+HOST_STAGING_BYTES_PER_S = 3.84e9  # [D from P] H-5
 # Running a program from the host starts it and waits to hear it has finished: the two
 # handshakes of a stream copy without its data phase [D from P, H-3]. Was not charged.
 CALL_HOST_SYNCS = 2  # [D]

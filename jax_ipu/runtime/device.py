@@ -14,9 +14,10 @@ from jax_ipu.model.targets import Target
 # What the model clock counts, in cycles of the device's target clock: the programs' own phases
 # on the chip (host_exchange: their stream copies, e.g. callbacks and infeeds), and the host side
 # of each call (call: starting a program and hearing it end) and of each transfer to or from
-# the host (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
+# the host (stream_setup: a stream copy's fixed handshakes; the links: its bytes; host_staging:
+# the host copying them between the user's array and the stream buffer).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
-                "host_to_device", "device_to_host")
+                "host_to_device", "device_to_host", "host_staging")
 # The layout of a device's memory counters (the PJRT layer's buffers update them).
 STATS_FIELDS = ("bytes_in_use", "peak_bytes_in_use", "num_allocs", "largest_alloc_size")
 
