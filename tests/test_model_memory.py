@@ -17,7 +17,11 @@ from jax_ipu.compiler.judge import judge
 from jax_ipu.compiler.program import read_program
 from jax_ipu.errors import IpuConfigError, IpuOutOfMemoryError
 from jax_ipu.model import analyze
-from jax_ipu.model.mapping import linear_mapping, tiles_used
+from jax_ipu.model.code import code_per_tile
+from jax_ipu.model.costs import OpCost
+from jax_ipu.model.cycles import OpRow
+from jax_ipu.model.ir import Op, TensorType
+from jax_ipu.model.mapping import Layouts, Mapped, linear_mapping, tiles_used
 from jax_ipu.model.targets import (
     AMP_WORKLIST_BYTES,
     CONTROL_CODE_BYTES_PER_STEP,
@@ -346,3 +350,20 @@ def test_published_resnet50_training_fits_one_ipu_and_needs_its_recomputation():
     assert not published.out_of_memory
     assert published.max_tile_bytes > 0.75 * 638_976  # a near fit, not an empty chip
     assert _resnet50.judged(18, False, 0.16).memory.out_of_memory
+
+
+def test_code_goes_on_the_tiles_an_op_says_it_runs_on():
+    # the hook for programs that place their own work: an op's explicit tiles carry its code
+    t = TensorType((8,), "float32")
+    op = Op("stablehlo.add", (t, t), (t,), (1, 2), (3,))
+    row = OpRow(op, "elementwise", OpCost(compute_cycles=10, syncs=1, tiles=2, on_tiles=(5, 9)))
+    code = code_per_tile([row], get_target("ipu2", 16))
+    assert list(np.flatnonzero(code["vertex state"])) == [5, 9]
+    assert code["vertex state"][5] == VERTEX_DESCRIPTOR_BYTES + 3 * POINTER_BYTES
+
+
+def test_a_value_placed_by_the_program_is_read_where_it_lies():
+    layouts = Layouts(16)
+    layouts.assign(7, Mapped.from_tiles(np.array([3, 3, 4, 4])))
+    tiles, _ = layouts.of(7, TensorType((4,), "float32")).locate(np.arange(4))
+    assert list(tiles) == [3, 3, 4, 4] and not layouts.planned(7)

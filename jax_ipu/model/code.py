@@ -81,11 +81,14 @@ def code_per_tile(rows: list[OpRow], target: Target) -> dict[str, np.ndarray]:
             # an outlined op's steps are a call where it repeats
             control += POINTER_BYTES if repeat else CONTROL_CODE_BYTES_PER_STEP
         tiles = min(t, row.cost.tiles)
-        if tiles <= 0 or repeat:
+        if (tiles <= 0 and not row.cost.on_tiles) or repeat:
             continue
         compiled.add(_signature(row))
-        where = (start + np.arange(tiles)) % t
-        start = (start + tiles) % t if tiles < t else start
+        if row.cost.on_tiles:
+            where = np.asarray(row.cost.on_tiles, dtype=np.int64) % t
+        else:
+            where = (start + np.arange(tiles)) % t
+            start = (start + tiles) % t if tiles < t else start
         code = op_code(row, target)
         out["vertex state"][where] += code.vertex_state
         out["exchange code"][where] += code.exchange_code

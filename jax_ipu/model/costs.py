@@ -135,6 +135,9 @@ class OpCost:
     compute_steps: int = 0
     messages: int = 0  # exchange instructions per exchange step on a tile (0: one each way)
     kernel_positions: int = 0  # for AMP ops: kernel positions its worklists cover
+    # the tiles the op runs on when known one by one (a placement a program chose); else it
+    # runs on `tiles` tiles from a rotating start (model/code.py places its code there)
+    on_tiles: tuple[int, ...] | None = None
     plan: str = ""  # the plan a planner chose, with its cycles
     alternative: str = ""  # the runner-up plan and why it lost
 

@@ -151,6 +151,13 @@ class Mapped(Placement):
         return cls(size, r[starts].astype(np.int64), tiles[starts].astype(np.int64), keys,
                    max(1, step))
 
+    @classmethod
+    def from_tiles(cls, tiles: np.ndarray) -> Mapped:
+        """The placement whose element i is on tiles[i] (a layout given element by element,
+        e.g. by a program that places its own tensors)."""
+        tiles = np.asarray(tiles, dtype=np.int64)
+        return cls.from_sample(len(tiles), np.arange(len(tiles), dtype=np.int64), tiles)
+
     def locate(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         run = np.searchsorted(self.runs_start, r, side="right") - 1
         tiles = self.runs_tile[np.maximum(run, 0)]
@@ -366,6 +373,15 @@ class Layouts:
 
     def planned(self, vid: int) -> bool:
         return vid not in self._unplanned
+
+    def assign(self, vid: int, placement: Placement, planned: bool = False) -> None:
+        """Place value vid as given (a layout a program chose itself, e.g. Mapped.from_tiles);
+        `planned`: whether a matmul or gather may still lay it out for its plan."""
+        self._where[vid] = placement
+        if planned:
+            self._unplanned.discard(vid)
+        else:
+            self._unplanned.add(vid)
 
     def record(self, op: Op, cls: str, placement: Placement | None) -> None:
         """Note where the results of a costed op live. `placement` is the one its cost rule
