@@ -107,6 +107,11 @@ def test_all_reports_match_the_model(tmp_path: Path) -> None:
     summary = (folder / "summary.txt").read_text()
     assert re.search(rf"Cycles per run: +{total:,.0f} \(approx", summary)
     assert f"{model['memory']['peak_bytes']:,}" in summary
+    # the matmul's plan and its runner-up, in the summary and the HTML op table
+    (dot,) = [op for op in model["ops"] if op["kind"] == "dot_general"]
+    assert dot["plan"].startswith("AMP, ") and "lost:" in dot["runner_up"]
+    assert f"plan: {dot['plan']}" in summary and f"runner-up: {dot['runner_up']}" in summary
+    assert "runner-up (why it lost)" in (folder / "report.html").read_text()
 
 
 def test_graph_profile_only_with_flops(tmp_path: Path) -> None:

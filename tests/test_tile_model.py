@@ -10,6 +10,13 @@ import pytest
 from jax import lax
 
 import jax_ipu
+from jax_ipu.model.targets import (
+    EXCHANGE_CODE_BYTES_PER_INSTRUCTION,
+    EXCHANGE_CODE_BYTES_PER_STEP,
+    POINTER_BYTES,
+    VERTEX_CODE_BYTES_PER_KIND,
+    VERTEX_DESCRIPTOR_BYTES,
+)
 from jax_ipu.tile import (
     cycles_of,
     ipu_cycle_count,
@@ -46,9 +53,14 @@ def test_put_sharded_exchange_and_memory():
     assert put.exchange_cycles == SETUP + 4096 / BYTES_PER_CYCLE == 1124
     assert put.sync_cycles == SYNC and put.compute_cycles == 0
     per_tile = rep.memory.per_tile_bytes
-    # Tile 5 holds 128 B of the argument and its 4,096 B row; tile 200 neither.
-    assert per_tile[5] - per_tile[200] == 128 + 4096
-    assert per_tile[1] - per_tile[200] == 128  # only its share of the argument
+    # Tile 5 holds 128 B of the argument and its 4,096 B row; tile 200 neither. Tiles that
+    # send or receive hold the put's exchange code (a step's set-up and one instruction each
+    # way: 16 + 2 x 4 B); tile 200 takes no part.
+    exchange_code = EXCHANGE_CODE_BYTES_PER_STEP + 2 * EXCHANGE_CODE_BYTES_PER_INSTRUCTION
+    assert exchange_code == 24
+    assert per_tile[5] - per_tile[200] == 128 + 4096 + exchange_code
+    assert per_tile[1] - per_tile[200] == 128 + exchange_code  # its share, sent to tile 0
+    assert per_tile[100] == per_tile[200]  # holds nothing of the argument, sends nothing
 
 
 def test_gather_between_tiles_is_exact():
@@ -123,9 +135,13 @@ def test_loop_body_tile_values_stay_on_their_tiles():
     (neg,) = rows(rep, "tile_map")
     assert neg.executions == 4 and neg.exchange_cycles == 0
     per_tile = rep.memory.per_tile_bytes
-    # The carried rows and the body's new rows: on tiles 0, 2 and 5 only.
-    assert per_tile[5] - per_tile[200] == 128 + 2 * 4096
-    assert per_tile[7] - per_tile[200] == 128
+    # The carried rows and the body's new rows: on tiles 0, 2 and 5 only, with the put's
+    # exchange code (24 B) and the vertex: its codelet (1 KiB) and its state (a descriptor and
+    # a pointer for its operand and its result: 8 + 2 x 4 B).
+    vertex = VERTEX_CODE_BYTES_PER_KIND + VERTEX_DESCRIPTOR_BYTES + 2 * POINTER_BYTES
+    assert vertex == 1040
+    assert per_tile[5] - per_tile[200] == 128 + 2 * 4096 + 24 + vertex
+    assert per_tile[7] - per_tile[200] == 128 + 24  # sends its share of the argument
 
 
 def test_cycle_counts_bracket_exactly_the_reports_cycles():

@@ -51,7 +51,8 @@ def _op_report(row: OpRow, target: Target, placement: Placement | None = None) -
         sync_cycles=sync * n, host_cycles=host * n,
         cycles=(c.compute_cycles + c.exchange_cycles + sync + host + setup + moved) * n,
         tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n,
-        streaming_setup_cycles=setup * n, streaming_cycles=moved * n)
+        streaming_setup_cycles=setup * n, streaming_cycles=moved * n, plan=c.plan,
+        runner_up=c.alternative)
 
 
 def analyze(program: Program, target: Target) -> ProgramReport:

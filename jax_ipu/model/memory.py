@@ -11,20 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from jax_ipu.model import tiles
+from jax_ipu.model.code import code_per_tile
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
 from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
 from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
 from jax_ipu.model.streaming import PINNED_HOST, Placement, capacity
-from jax_ipu.model.targets import (
-    CONTROL_CODE_BYTES_PER_STEP,
-    CONTROL_CODE_BYTES_PER_TILE,
-    EXCHANGE_CODE_BYTES_PER_STEP,
-    VERTEX_CODE_BYTES_PER_KIND,
-    VERTEX_STATE_BYTES_PER_OP,
-    Target,
-)
+from jax_ipu.model.targets import Target
 
 MAX_CONTRIBUTORS = 8
 _IN_PLACE = ("elementwise", "conversion")
@@ -71,8 +65,12 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
 
     Results with known shards (Program.shards) take the bytes of one device's shard; results in
     another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
+    ops = schedule(ops, uses)
     groups = fusion(ops, uses)
-    root_of = {id(p): root for root, producers in groups.items() for p in producers}
+    root_of: dict[int, int] = {}  # a producer computed in several roots lives to the last
+    for root, producers in groups.items():
+        for p in producers:
+            root_of[id(p)] = max(root, root_of.get(id(p), root))
     stored = [i for i, op in enumerate(ops) if id(op) not in root_of]
     step_of = {i: s for s, i in enumerate(stored)}
     n = max(1, len(stored))
@@ -95,7 +93,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                 b.end = last.get(vid, 0)
             buf_of[vid] = [len(buffers)]
             buffers.append(b)
-    transient: list[tuple[int, int]] = []
+    transient: list[Transient] = []
     for i in stored:
         op, s = ops[i], step_of[i]
         transient.append(_transient(op, uses, rows, shards, off_tile))
@@ -131,6 +129,33 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             if layout is not None:
                 buffers[-1].lay_out(layout)
     return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)])
+
+
+def schedule(ops: list[Op], uses: Counter) -> list[Op]:
+    """The order a block runs in for memory: program order, except that an elementwise op
+    that can write over an operand it alone reads runs as soon as its operands exist (so a
+    gradient is added into its accumulator as soon as it is made, not after the whole
+    backward pass), as Poplar's and XLA's schedulers order such ops to shorten lifetimes."""
+    made: dict[int, tuple[int, int]] = {}  # value -> (anchor op index, depth)
+    keys = []
+    for i, op in enumerate(ops):
+        if _early(op, uses):
+            anchor = max((made.get(v, (-1, 0)) for v in op.operand_ids), default=(-1, 0))
+            key = (anchor[0], anchor[1] + 1, i)
+        else:
+            key = (i, 0, i)
+        for r in op.result_ids:
+            made[r] = key[:2]
+        keys.append(key)
+    return [ops[i] for i in sorted(range(len(ops)), key=keys.__getitem__)]
+
+
+def _early(op: Op, uses: Counter) -> bool:
+    if op_class(op) not in _IN_PLACE or op.regions or len(op.results) != 1:
+        return False
+    size = op.results[0].size
+    return any(uses[v] == 1 and t.size == size
+               for v, t in zip(op.operand_ids, op.operands, strict=False))
 
 
 def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
@@ -214,12 +239,15 @@ def _placed_peak(live: _Liveness) -> Transient:
 
 def _peak(live: _Liveness) -> int:
     """Largest bytes live at one step of a block, its transients included."""
-    best = 0
-    for s, (tbytes, _, layout) in enumerate(live.transient):
-        total = tbytes + sum((layout or {}).values()) + \
-            sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
-        best = max(best, total)
-    return best
+    n = len(live.transient)
+    delta = np.zeros(n + 1, dtype=np.int64)
+    for b in live.buffers:
+        if b.start <= b.end and b.start < n:
+            delta[b.start] += b.nbytes
+            delta[min(b.end, n - 1) + 1] -= b.nbytes
+    work = np.array([t + sum((layout or {}).values()) for t, _, layout in live.transient],
+                    dtype=np.int64)
+    return int((np.cumsum(delta[:n]) + work).max()) if n else 0
 
 
 def _vector(layout: dict[int, int], num_tiles: int) -> np.ndarray:
@@ -228,20 +256,6 @@ def _vector(layout: dict[int, int], num_tiles: int) -> np.ndarray:
         if 0 <= tile < num_tiles:
             out[tile] += nbytes
     return out
-
-
-def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
-    """Code and vertex state on every tile, by Poplar's categories (assumed on all tiles)."""
-    computing = [r for r in rows if r.cost.compute_cycles > 0]
-    kinds = {o.kind for r in computing for o in (r.op, *r.fused)}
-    return {
-        "control code": CONTROL_CODE_BYTES_PER_TILE +
-        CONTROL_CODE_BYTES_PER_STEP * sum(1 for r in rows if r.cost.syncs),
-        "vertex code": VERTEX_CODE_BYTES_PER_KIND * len(kinds),
-        "vertex state": VERTEX_STATE_BYTES_PER_OP * len(computing),
-        "exchange code": EXCHANGE_CODE_BYTES_PER_STEP *
-        sum(1 for r in rows if r.cost.exchange_cycles > 0),
-    }
 
 
 def analyze_memory(program: Program, rows: list[OpRow], target: Target,
@@ -294,8 +308,9 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         work_vecs.append(vec)
         delta[s] += vec
         delta[s + 1] -= vec
-    code = code_bytes_per_tile(rows)
-    always += sum(code.values())
+    code = code_per_tile(rows, target)
+    code_here = sum(code.values())
+    always += code_here
     per_step = np.cumsum(delta[:n], axis=0)
     per_tile = per_step.max(axis=0) + always
     curve = per_step.sum(axis=1) + int(always.sum())
@@ -312,7 +327,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
             by_category[b.category] += b.nbytes
     by_category["workspace"] += int(work_vecs[peak_step].sum())
     for name, per in code.items():
-        by_category[name] += per * t
+        by_category[name] += int(per.sum())
 
     contributors = [Contributor(b.name, b.category, int(v[max_tile]), b.nbytes, b.location)
                     for b, v in zip(live.buffers, vectors, strict=False)
@@ -323,8 +338,8 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
             f"{op.kind if op else 'op'} workspace", "workspace",
             int(work_vecs[tile_step][max_tile]), int(work_vecs[tile_step].sum()),
             str(op.location) if op else "<unknown>"))
-    contributors += [Contributor(name, name, per, per * t, "<code>") for name, per in
-                     code.items()]
+    contributors += [Contributor(name, name, int(per[max_tile]), int(per.sum()), "<code>")
+                     for name, per in code.items() if per[max_tile]]
     contributors.sort(key=lambda c: -c.bytes_on_tile)
 
     always_total = int(always.sum())
@@ -334,7 +349,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         always_live_bytes=always_total,
         not_always_live_peak_bytes=peak - always_total,
         peak_bytes=peak, peak_step=peak_step,
-        code_bytes_per_tile=int(sum(code.values())),
+        code_bytes_per_tile=int(code_here[max_tile]),
         per_tile_bytes=per_tile, max_tile=max_tile, max_tile_bytes=int(per_tile[max_tile]),
         tiles_out_of_memory=[int(i) for i in np.nonzero(per_tile > target.bytes_per_tile)[0]],
         top_contributors=contributors[:MAX_CONTRIBUTORS],

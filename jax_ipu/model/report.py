@@ -39,7 +39,7 @@ class MemoryReport:
     not_always_live_peak_bytes: int
     peak_bytes: int
     peak_step: int
-    code_bytes_per_tile: int
+    code_bytes_per_tile: int  # code and vertex state on the busiest tile
     per_tile_bytes: np.ndarray  # int64[num_tiles]: each tile's own peak
     max_tile: int
     max_tile_bytes: int
@@ -98,6 +98,8 @@ class OpReport:
     # moves between memory kinds (Streaming Memory, host memory): their fixed part and bytes
     streaming_setup_cycles: float = 0.0
     streaming_cycles: float = 0.0
+    plan: str = ""  # for planned ops (matmul, conv, gather, scatter...): the plan chosen
+    runner_up: str = ""  # the best plan of another kind, and why it lost
 
 
 @dataclass
@@ -157,7 +159,8 @@ class ProgramReport:
           (total is the program on the chip; call is what the host adds to each call of it)
         - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
           fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
-          host_cycles, cycles, tiles, note, link_bytes}] in program order (region bodies
+          host_cycles, cycles, tiles, note, link_bytes, plan, runner_up}] in program order
+          (region bodies
           follow their op); a collective's link time is in exchange_cycles, and its note names
           the algorithm, group size, steps and slowest link (and, for one that XLA's SPMD
           partitioner inserted into a sharded jax.jit program, says so; such a row follows

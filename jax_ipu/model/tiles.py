@@ -145,6 +145,8 @@ def put(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     figures.sent = {int(t): int(b) for t, b in enumerate(sent) if b}
     cost.exchange_cycles = exchange_cycles(busiest, target)
     cost.syncs = 1 if busiest else 0
+    # exchange code goes on the tiles that send or receive, not on rotating ones
+    cost.on_tiles = tuple(sorted(figures.sent.keys() | figures.received.keys())) or None
     cost.bytes_accessed = int(received.sum())
     cost.note = (f"{int(received.sum())} B exchanged from {len(figures.sent)} tile(s) to "
                  f"{len(figures.received)} tile(s); busiest tile moves {busiest} B"
@@ -181,10 +183,11 @@ def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
         per_tile, flops = float(op.attributes.get("estimate") or 0), 0
         how = "its declared estimate"
     for rid, t in zip(op.result_ids[1:], op.results[1:], strict=False):
-        layouts.place(rid, rows_of(t, dest))
+        layouts.assign(rid, rows_of(t, dest))
     name = str(op.attributes.get("vertex", op.kind))
     return OpCost(
         flops=int(flops), compute_cycles=per_tile, tiles=len(dest),
+        on_tiles=tuple(int(t) for t in dest),
         syncs=1 + int(op.attributes.get("sync") or 0),
         bytes_accessed=sum(t.nbytes for _, t in _inputs(op)) + sum(t.nbytes for t in op.results),
         workspace_bytes_per_tile=int(op.attributes.get("temporary_bytes") or 0),
@@ -196,8 +199,9 @@ def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
 def barrier(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     """tile_data_barrier: the arrays stay where they are; their tiles sync once."""
     for rid, (vid, t) in zip(op.result_ids, _inputs(op), strict=False):
-        layouts.place(rid, layouts.of(vid, t))
-    return OpCost(syncs=1, tiles=len(_tiles(op)), note="data barrier: one sync of its tiles")
+        layouts.assign(rid, layouts.of(vid, t), planned=layouts.planned(vid))
+    return OpCost(syncs=1, tiles=len(_tiles(op)), on_tiles=tuple(int(t) for t in _tiles(op)),
+                  note="data barrier: one sync of its tiles")
 
 
 def counter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
@@ -205,9 +209,9 @@ def counter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost
     cycles of the rows between them (on hardware a read costs about 45 cycles)."""
     data = _inputs(op)
     for rid, (vid, t) in zip(op.result_ids, data, strict=False):
-        layouts.place(rid, layouts.of(vid, t))
+        layouts.assign(rid, layouts.of(vid, t), planned=layouts.planned(vid))
     if len(op.results) > len(data):
-        layouts.place(op.result_ids[-1], rows_of(op.results[-1], _tiles(op)))
+        layouts.assign(op.result_ids[-1], rows_of(op.results[-1], _tiles(op)))
     return OpCost(syncs=int(op.attributes.get("sync") or 0),
                   note=f"cycle counter (site {op.attributes.get('site')})")
 

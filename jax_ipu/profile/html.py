@@ -114,11 +114,13 @@ def _tiles(graph: dict[str, Any]) -> list[str]:
 def _ops(graph: dict[str, Any]) -> list[str]:
     flops = graph["include_flops"]
     headings = ["op", "class", "location", "shapes", "executions", "cycles", "compute",
-                "exchange", "sync", "host", "tiles", *(["flops"] if flops else []), "note"]
+                "exchange", "sync", "host", "tiles", *(["flops"] if flops else []), "note",
+                "plan", "runner-up (why it lost)"]
     ordered = sorted(graph["ops"], key=lambda o: -o["cycles"])
     rows = [[o["name"], o["op_class"], o["location"], o["shapes"], o["executions"], o["cycles"],
              o["compute_cycles"], o["exchange_cycles"], o["sync_cycles"], o["host_cycles"],
-             o["tiles"], *([o["flops"]] if flops else []), o["note"]] for o in ordered]
+             o["tiles"], *([o["flops"]] if flops else []), o["note"], o.get("plan", ""),
+             o.get("runner_up", "")] for o in ordered]
     return ["<h2>Ops (ordered by cycles; click a heading to sort)</h2>", table(headings, rows)]
 
 

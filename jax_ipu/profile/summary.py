@@ -9,6 +9,7 @@ from typing import Any
 HISTOGRAM_BINS = 10
 HISTOGRAM_WIDTH = 40
 TOP_OPS = 15
+TOP_PLANS = 10
 
 
 def _n(value: float) -> str:
@@ -88,6 +89,14 @@ def graph_summary(graph: dict[str, Any]) -> list[str]:
     for c in mem["top_contributors"]:
         lines.append(f"    {c['bytes_on_tile']:>10,}  {c['name']} [{c['category']}] "
                      f"at {c['location']}")
+    planned = sorted((o for o in graph["ops"] if o.get("plan")), key=lambda o: -o["cycles"])
+    if planned:
+        lines += ["", f"  Plans of the costliest planned ops (of {len(planned)}):"]
+        for o in planned[:TOP_PLANS]:
+            lines.append(f"    {o['cycles']:>12,.0f}  {o['kind']} at {o['location']}")
+            lines.append(f"                  plan: {o['plan']}")
+            if o.get("runner_up"):
+                lines.append(f"                  runner-up: {o['runner_up']}")
     lines += tile_vertices(graph.get("tiles"))
     if "flops" in graph:
         lines += ["", _row("Flop estimate (one run)", _n(graph["flops"]))]

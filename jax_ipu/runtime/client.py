@@ -289,4 +289,5 @@ def _charge(device: IpuDevice, nbytes: int, direction: str) -> int:
     transfer = host_transfer(nbytes, device.target, direction)
     device.advance("stream_setup", transfer.setup_cycles)
     device.advance(_LINK_FIELD[direction], transfer.link_cycles)
+    device.advance("host_staging", transfer.staging_cycles)
     return transfer.total

@@ -15,9 +15,11 @@ from jax_ipu.runtime.memory import IpuMemory, MemoryStats, memories_of
 # on the chip (host_exchange: their stream copies, e.g. callbacks and infeeds; streaming: their
 # moves between memory kinds, streaming_setup their fixed parts), and the host side of each call
 # (call: starting a program and hearing it end) and of each transfer to or from the host
-# (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
+# (stream_setup: a stream copy's fixed handshakes; the links: its bytes; host_staging: the host
+# copying them between the user's array and the stream buffer).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
-                "host_to_device", "device_to_host", "streaming_setup", "streaming")
+                "host_to_device", "device_to_host", "host_staging", "streaming_setup",
+                "streaming")
 
 
 class IpuDevice:
