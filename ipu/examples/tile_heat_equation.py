@@ -1,7 +1,12 @@
-"""The 2-D heat equation on a grid split over the IPU's tiles, written twice: tile by tile with
-jax_ipu.tile (each tile owns a band of rows; halo rows cross to the neighbouring tiles with
-tile_gather every step, inside a fori_loop) and in plain jax.numpy. Both compute the same floats
-in the same order, so their grids agree bit for bit; the IPU Model says what each costs.
+"""The 2-D heat equation on a grid split over the IPU's tiles, written three ways: tile by tile
+with jax_ipu.tile (each tile owns a band of rows; halo rows cross to the neighbouring tiles with
+tile_gather every step, inside a fori_loop), once with lax primitives as vertices and once with
+one C++ stencil vertex per tile, and in plain jax.numpy. All compute the same floats in the same
+order, so their grids agree bit for bit; the IPU Model says what each costs.
+
+Each tile_map of a lax primitive is a compute set of its own (a vertex launch and a sync), so
+the lax version pays them nine times a step, where the plain version is one fused pass; the C++
+vertex does the whole step in one compute set.
 
 On cpu the same tile program runs as plain vmaps; the model's figures come from judging the
 same programs, so they match the ipu run's."""
@@ -18,13 +23,60 @@ import numpy as np
 from jax import lax
 
 import jax_ipu
+from jax_ipu.model.targets import LOCAL_BYTES_PER_TILE_CYCLE, VERTEX_OVERHEAD_CYCLES
 from jax_ipu.tile import (
     TileShardedArray,
+    declare_vertex,
     tile_constant_replicated,
     tile_gather,
     tile_map,
     tile_put_sharded,
 )
+
+# One explicit step on a tile's band of rows, its halo rows above and below, zero columns beyond
+# the edges: the same float operations in the same order as plain_step.
+STENCIL = r"""
+#include <cmath>
+#include <poplar/Vertex.hpp>
+using namespace poplar;
+
+class HeatStep : public Vertex {
+ public:
+  Vector<Input<Vector<float>>> u;     // (rows, cols): this tile's band
+  Input<Vector<float>> above;         // the row above the band (the upper tile's last)
+  Input<Vector<float>> below;         // the row below the band (the lower tile's first)
+  Vector<Output<Vector<float>>> out;  // (rows, cols)
+  float alpha;
+
+  bool compute() {
+    const unsigned rows = u.size(), cols = u[0].size();
+    for (unsigned r = 0; r < rows; ++r) {
+      for (unsigned c = 0; c < cols; ++c) {
+        const float up = r == 0 ? above[c] : u[r - 1][c];
+        const float down = r + 1 == rows ? below[c] : u[r + 1][c];
+        const float left = c == 0 ? 0.0f : u[r][c - 1];
+        const float right = c + 1 == cols ? 0.0f : u[r][c + 1];
+        const float laplacian = ((up + down) + (left + right)) - 4.0f * u[r][c];
+        // XLA:CPU contracts u + alpha * laplacian into one fused multiply-add: so does this
+        // codelet, so that its grid agrees bit for bit with the XLA versions.
+        out[r][c] = std::fma(alpha, laplacian, u[r][c]);
+      }
+    }
+    return true;
+  }
+};
+"""
+# The vertex reads five floats and writes one per element: 24 bytes at the tile's 8 bytes of
+# loads and stores a cycle (the model's local-memory rate, C-3), plus a vertex launch.
+STENCIL_BYTES_PER_ELEMENT = 6 * 4
+
+
+@declare_vertex("HeatStep", source=STENCIL)
+def heat_step(u, above, below):
+    """One tile's band and halo rows in; the new band out; no constants or temporaries."""
+    elements = u.shape[0] * u.shape[1]
+    return {"out": u}, {}, {}, VERTEX_OVERHEAD_CYCLES + \
+        elements * STENCIL_BYTES_PER_ELEMENT / LOCAL_BYTES_PER_TILE_CYCLE
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,17 +100,24 @@ def plain_step(u: jax.Array, alpha: float) -> jax.Array:
     return u + alpha * laplacian
 
 
-def tile_step(u: TileShardedArray, consts: dict[str, TileShardedArray]) -> TileShardedArray:
-    """The same step tile by tile: u is (tiles, rows, cols), a band of rows per tile."""
+def halos(u: TileShardedArray) -> tuple[TileShardedArray, TileShardedArray]:
+    """Each tile's halo rows: its upper neighbour's last row and its lower neighbour's first
+    row (a zero row past the grid's edge, which every tile holds as a constant)."""
     n, rows, cols = u.shape
     tiles = u.tiles
     zero_row = jnp.zeros((1, cols), u.dtype)
-    # Halo rows: each tile takes its upper neighbour's last row and its lower neighbour's
-    # first row (a zero row past the grid's edge, which every tile holds as a constant).
     last = jnp.concatenate([u.array[:, rows - 1, :], zero_row])
     first = jnp.concatenate([u.array[:, 0, :], zero_row])
     up_halo = tile_gather(last, [n] + list(range(n - 1)), tiles).reshape(n, 1, cols)
     down_halo = tile_gather(first, list(range(1, n)) + [n], tiles).reshape(n, 1, cols)
+    return up_halo, down_halo
+
+
+def tile_step(u: TileShardedArray, consts: dict[str, TileShardedArray]) -> TileShardedArray:
+    """The same step tile by tile with lax primitives as vertices: u is (tiles, rows, cols), a
+    band of rows per tile."""
+    n, rows, cols = u.shape
+    up_halo, down_halo = halos(u)
     band = tile_map(lax.concatenate_p, up_halo, u, down_halo, dimension=0)
     padded = tile_map(lax.pad_p, band, consts["zero"], padding_config=((0, 0, 0), (1, 1, 0)))
     up = padded[:, 0:rows, 1:cols + 1]
@@ -70,6 +129,14 @@ def tile_step(u: TileShardedArray, consts: dict[str, TileShardedArray]) -> TileS
     four_u = tile_map(lax.mul_p, consts["four"], u)
     laplacian = tile_map(lax.sub_p, tile_map(lax.add_p, vertical, horizontal), four_u)
     return tile_map(lax.add_p, u, tile_map(lax.mul_p, consts["alpha"], laplacian))
+
+
+def vertex_step(u: TileShardedArray, alpha: np.float32) -> TileShardedArray:
+    """The same step with one C++ vertex per tile."""
+    up_halo, down_halo = halos(u)
+    n, _, cols = u.shape
+    return tile_map(heat_step, u, up_halo.reshape(n, cols), down_halo.reshape(n, cols),
+                    alpha=alpha)
 
 
 def initial_grid(height: int, width: int) -> np.ndarray:
@@ -98,11 +165,17 @@ def main(argv: list[str] | None = None) -> None:
         u = lax.fori_loop(0, args.steps, lambda _, v: tile_step(v, consts), u)
         return u.array.reshape(height, width)
 
+    def vertex_solver(u0: jax.Array) -> jax.Array:
+        u = tile_put_sharded(u0.reshape(n, *block), tiles)
+        u = lax.fori_loop(0, args.steps, lambda _, v: vertex_step(v, alpha), u)
+        return u.array.reshape(height, width)
+
     def plain_solver(u0: jax.Array) -> jax.Array:
         return lax.fori_loop(0, args.steps, lambda _, v: plain_step(v, alpha), u0)
 
     results, figures = {}, {}
-    for name, solver in (("tile", tile_solver), ("plain", plain_solver)):
+    solvers = (("tile", tile_solver), ("vertex", vertex_solver), ("plain", plain_solver))
+    for name, solver in solvers:
         lowered = jax.jit(solver).lower(grid)
         compiled = lowered.compile()
         out = jax.block_until_ready(compiled(grid))
@@ -122,14 +195,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{report.cycles.sync:,.0f}), {report.seconds * 1e6:,.1f} us on "
               f"{report.target.version}; busiest tile {report.memory.max_tile} holds "
               f"{report.memory.max_tile_bytes:,} bytes")
-    same = bool(np.array_equal(results["tile"], results["plain"]))
-    print(f"== tile and plain grids equal bit for bit: {same}; heat left "
+    same = all(np.array_equal(results[name], results["plain"]) for name in ("tile", "vertex"))
+    print(f"== tile, vertex and plain grids equal bit for bit: {same}; heat left "
           f"{float(results['tile'].sum()):.6g} of {float(initial_grid(height, width).sum()):.6g}")
     _common.summary(
         "tile_heat_equation", platform=args.platform, tiles=n, steps=args.steps,
         bit_equal=int(same), checksum=float(results["tile"].sum()),
-        tile_cycles=int(figures["tile"][0]), plain_cycles=int(figures["plain"][0]),
-        tile_max_tile_bytes=figures["tile"][1], plain_max_tile_bytes=figures["plain"][1])
+        **{f"{name}_cycles": int(figures[name][0]) for name, _ in solvers},
+        **{f"{name}_max_tile_bytes": figures[name][1] for name, _ in solvers})
 
 
 if __name__ == "__main__":
