@@ -106,10 +106,20 @@ IPU21_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] not published; assumed as ipu2 (same
 # units per tile = MACs per cycle / this [D]. Products are padded to whole units and inputs.
 AMP_FP16_INPUTS_PER_CYCLE = 4  # [P]
 AMP_FP32_INPUTS_PER_CYCLE = 2  # [P]
-# The units hold weights 16 inputs deep: C-1's [N,16] @ [16,16] in fp16 fills them and takes
-# 4 cycles a row, plus about 50 cycles beyond a vertex launch and sync, which loading 16 x 16
-# weights at one 64-bit load a cycle (64 cycles) accounts for [D from P, C-1].
-AMP_BLOCK_INPUTS = 16  # [D from P] C-1
+# The units are a pipeline 4 deep: each holds 4 x (its inputs a cycle) weights, 16 fp16 or 8
+# fp32 (PopLibs' weightsPerConvUnit, its pipeline depth times its input load, G-4). C-1's
+# [N,16] @ [16,16] in fp16 fills them and takes 4 cycles a row, plus about 50 cycles beyond a
+# vertex launch and sync, which loading 16 x 16 weights at one 64-bit load a cycle (64 cycles)
+# accounts for [D from P, C-1]. Was 16 deep for fp32 too.
+AMP_PIPELINE_DEPTH = 4  # [D from P] C-1, G-4
+# Each further pass of PopLibs' AMP vertex (ConvPartialnx1) over a block of weights (another
+# kernel position, input-channel group or output-channel group) runs its supervisor's inner
+# loop again and restarts its workers (G-4, lib/poplin/PerformanceEstimation.hpp): 12 + 15 + 3
+# supervisor cycles, and per worker 17 to start and 3 + 34 for a worklist entry beyond the 4
+# cycles of each of its first 3 rows (3 + 45 and 8 for fp32): 42 worker cycles, six workers in
+# turn. The first pass's are in the vertex launch (C-1 measures one pass).
+AMP_PASS_SUPERVISOR_CYCLES = 30  # [P] G-4
+AMP_PASS_WORKER_CYCLES = 42  # [P] G-4
 
 # Local memory: one 64-bit load or store issues per cycle per tile. C-3 [P] fits 1.5 cycles
 # per element of an fp32 scaled add (two loads and a store per 2 elements); M-1 [P] measures
@@ -351,6 +361,11 @@ class Target:
         else:
             inputs, flops = AMP_FP32_INPUTS_PER_CYCLE, self.fp32_flops_per_tile_cycle
         return max(1, flops // 2 // inputs), inputs
+
+    def amp_block_inputs(self, itemsize: int) -> int:
+        """Inputs of a block of weights the multiply units hold: their pipeline depth times the
+        inputs each takes a cycle (16 fp16, 8 fp32)."""
+        return AMP_PIPELINE_DEPTH * self.amp_shape(itemsize)[1]
 
     def peak_flops_per_s(self, dtype: str = "float16") -> float:
         return self.num_tiles * self.flops_per_tile_cycle(dtype) * self.clock_hz
