@@ -37,6 +37,11 @@ SOURCES: dict[str, str] = {
     "G-8": "graphcore/examples, vision/cnns/pytorch/train/configs.yml, 'resnet50': micro-batch "
            "18 per IPU, precision 16.16, manual recomputation, availableMemoryProportion 0.16, "
            "one IPU per replica on IPU-M2000: https://github.com/graphcore/examples",
+    "G-9": "graphcore/examples, nlp/bert/popart/configs: squad_large_128_inf.json (BERT-Large "
+           "SQuAD inference, 24 layers on one IPU: layers_per_ipu [24], sequence 128, "
+           "micro-batch 1, FLOAT16, default availableMemoryProportion) and squad_large_384.json "
+           "(its training, sequence 384, micro-batch 4: layers_per_ipu [2,3,3,3,3,3,3,4], eight "
+           "IPUs): https://github.com/graphcore/examples",
     "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
            "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
            "https://github.com/graphcore-research/tessellate-ipu",
