@@ -9,7 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_ipu
-from jax_ipu.model import TO_DEVICE, TO_HOST, call_overhead_cycles, host_transfer
+from jax_ipu.model import (
+    TO_DEVICE,
+    TO_HOST,
+    call_overhead_cycles,
+    engine_run_cycles,
+    host_transfer,
+)
 from jax_ipu.model.targets import get_target
 from tests._subprocess import run_python
 
@@ -34,6 +40,8 @@ def test_clock_fields_are_the_calls_and_transfers_made():
     assert spent["host_to_device"] == put.link_cycles
     assert spent["device_to_host"] == get.link_cycles
     assert spent["host_staging"] == put.staging_cycles + get.staging_cycles > 0
+    # the read-back of y, kept on the device, is a run of the device-to-host program
+    assert spent["read_back_run"] == engine_run_cycles(target) == report.cycles.read_back
     assert spent["compute"] == 3 * round(report.cycles.compute)
     assert spent["sync"] == 3 * round(report.cycles.sync)
     assert jax_ipu.clock(ipu).cycles == sum(after.values())

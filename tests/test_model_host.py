@@ -16,14 +16,16 @@ from jax_ipu.model import (
     TO_HOST,
     analyze,
     call_overhead_cycles,
+    engine_run_cycles,
     get_target,
     host_transfer,
     host_transfer_cycles,
+    read_back_cycles,
 )
 from jax_ipu.model.cycles import host_transfer_cycles as runtime_import
 from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.targets import (
-    CALL_HOST_SYNCS,
+    ENGINE_RUN_S,
     HOST_STAGING_BYTES_PER_S,
     HOST_SYNC_S,
     IPU2_CLOCK_HZ,
@@ -79,18 +81,37 @@ def test_unknown_direction_is_refused():
         host_transfer(4, get_target("ipu2"), "sideways")
 
 
-def test_call_overhead_is_two_host_handshakes():
+def test_a_call_is_one_engine_run_with_its_two_control_stream_copies():
+    # H-6: every Engine::run starts with two control StreamCopy triplets: 155 + 1,513 + 87
+    # cycles, then (after the first run) a data copy's Begin (H-3: 82k), 1,531 and 205,246
     target = get_target("ipu2")
-    assert call_overhead_cycles(target) == math.ceil(CALL_HOST_SYNCS * HOST_SYNC_S *
-                                                     IPU2_CLOCK_HZ) == 164_000
+    run = 155 + 1_513 + 87 + 82_000 + 1_531 + 205_246
+    assert engine_run_cycles(target) == call_overhead_cycles(target) == run == 290_532
+
+
+def test_reading_back_a_result_kept_on_the_device_is_a_run_and_a_copy():
+    # JAX keeps results on the device; reading one back runs the device-to-host program
+    # (another Engine::run, as the seed's PJRT client reads on-device buffers) and streams it
+    target = get_target("ipu2")
+    assert read_back_cycles(12, target) == 290_532 + host_transfer_cycles(12, target, TO_HOST)
+    assert read_back_cycles(0, target) == 0
+
+
+def test_the_seeds_quickstart_is_three_host_round_trips_and_two_runs():
+    # x**2 + 1 on float32[3] from numpy, printed: the input's stream copy, the call's run,
+    # the read-back's run and stream copy: 912,381 cycles (686 us) of which the program is 298
+    target = get_target("ipu2")
+    host = host_transfer_cycles(12, target, TO_DEVICE) + call_overhead_cycles(target) + \
+        read_back_cycles(12, target)
+    assert host == 165_513 + 290_532 + 290_532 + 165_506 == 912_083
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_host_costs_are_the_same_time_on_every_chip(version):
-    # the handshakes are host-side: the same microseconds at each chip's clock
+    # the control copies are host-side: the same microseconds at each chip's clock
     target = get_target(version)
-    assert call_overhead_cycles(target) / target.clock_hz == pytest.approx(
-        CALL_HOST_SYNCS * HOST_SYNC_S, rel=1e-5)
+    assert call_overhead_cycles(target) / target.clock_hz == pytest.approx(ENGINE_RUN_S,
+                                                                           rel=1e-5)
 
 
 def test_report_per_call_host_cycles_use_each_direction():
@@ -100,7 +121,9 @@ def test_report_per_call_host_cycles_use_each_direction():
     nbytes = 256 * 256 * 4
     assert r.cycles.host_input_cycles_per_call == 2 * host_transfer_cycles(nbytes, target,
                                                                            TO_DEVICE)
-    assert r.cycles.host_output_cycles_per_call == host_transfer_cycles(nbytes, target, TO_HOST)
+    assert r.cycles.host_output_cycles_per_call == read_back_cycles(nbytes, target) == \
+        engine_run_cycles(target) + host_transfer_cycles(nbytes, target, TO_HOST)
+    assert r.cycles.read_back == r.cycles.call == engine_run_cycles(target)
 
 
 def test_host_callback_streams_out_and_back():

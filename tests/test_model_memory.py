@@ -34,7 +34,7 @@ from jax_ipu.model.targets import (
     VERTEX_DESCRIPTOR_BYTES,
     get_target,
 )
-from tests import _resnet50
+from tests import _bert, _resnet50
 from tests._lowering import judge, portable_artifact
 from tests._subprocess import run_python
 
@@ -253,9 +253,9 @@ def test_checkpoint_keeps_only_layer_inputs_alive():
 
 
 def test_available_memory_proportion_decides_what_fits():
-    # (640 x 640) @ (640 x 640) float32 on 16 tiles: operands and result take 300 KiB of
+    # (656 x 656) @ (656 x 656) float32 on 16 tiles: operands and result take 315 KiB of
     # each tile; matmul temporaries up to 0.6 of a tile overflow it, up to 0.3 do not
-    code = portable_artifact(oversized, _spec(640, 640), _spec(640, 640))
+    code = portable_artifact(oversized, _spec(656, 656), _spec(656, 656))
     with pytest.raises(IpuOutOfMemoryError) as err:
         judge(code, get_target("ipu2", 16, 0.6))
     assert "jax_ipu_available_memory_proportion (now 0.6)" in str(err.value)
@@ -349,6 +349,18 @@ def test_published_resnet50_training_fits_one_ipu_and_needs_its_recomputation():
     assert not published.out_of_memory
     assert published.max_tile_bytes > 0.75 * 638_976  # a near fit, not an empty chip
     assert _resnet50.judged(18, False, 0.16).memory.out_of_memory
+
+
+def test_published_bert_large_squad_inference_fits_one_ipu_and_its_training_does_not():
+    # Graphcore runs BERT-Large SQuAD inference (24 layers, hidden 1024, sequence 128,
+    # micro-batch 1, fp16) on one IPU (G-9: layers_per_ipu [24]): its 334M fp16 weights, 668
+    # MB of the chip's 941 MB, stay on the device; the model must judge it to fit. Its SQuAD
+    # training (sequence 384, micro-batch 4) is published on 8 IPUs: weights, gradients and
+    # Adam's two moments on one IPU must not fit.
+    inference = _bert.judged(_bert.LARGE, 1, 128, training=False).memory
+    assert not inference.out_of_memory
+    assert inference.always_live_bytes > 0.7 * 1472 * 638_976  # the weights: a near fit
+    assert _bert.judged(_bert.LARGE, 4, 384, training=True).memory.out_of_memory
 
 
 def test_code_goes_on_the_tiles_an_op_says_it_runs_on():

@@ -13,8 +13,10 @@ from jax_ipu.model.host import (
     TO_HOST,
     HostTransfer,
     call_overhead_cycles,
+    engine_run_cycles,
     host_transfer,
     host_transfer_cycles,
+    read_back_cycles,
 )
 from jax_ipu.model.ir import Op, Program
 from jax_ipu.model.memory import analyze_memory, unsharded_values
@@ -29,8 +31,8 @@ from jax_ipu.model.targets import Target, get_target
 from jax_ipu.model.tiles import tile_view
 
 __all__ = ["TO_DEVICE", "TO_HOST", "HostTransfer", "ProgramReport", "Target", "add_collectives",
-           "analyze", "call_overhead_cycles", "format_out_of_memory", "get_target",
-           "host_transfer", "host_transfer_cycles"]
+           "analyze", "call_overhead_cycles", "engine_run_cycles", "format_out_of_memory",
+           "get_target", "host_transfer", "host_transfer_cycles", "read_back_cycles"]
 
 
 def _op_report(row: OpRow, target: Target, placement: Placement | None = None) -> OpReport:
@@ -83,10 +85,10 @@ def analyze(program: Program, target: Target) -> ProgramReport:
         **phases,
         host_input_cycles_per_call=sum(host_transfer_cycles(t.nbytes, target, TO_DEVICE)
                                        for t in program.inputs),
-        host_output_cycles_per_call=sum(host_transfer_cycles(t.nbytes, target, TO_HOST)
+        host_output_cycles_per_call=sum(read_back_cycles(t.nbytes, target)
                                         for t in program.outputs),
         unknown_trip_counts=unknown, unmodelled_ops=unmodelled,
-        call=call_overhead_cycles(target))
+        call=call_overhead_cycles(target), read_back=engine_run_cycles(target))
     return ProgramReport(
         program=program.name, target=target, memory=memory, cycles=cycles, ops=ops,
         flops=sum(o.flops for o in ops), bytes_accessed=sum(o.bytes_accessed for o in ops),

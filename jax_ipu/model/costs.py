@@ -436,6 +436,21 @@ def rearrange(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
                       -(-per_tile // width), 2 * _accesses(width, out, target), target))
 
 
+def carry_copies(types: list[TensorType], target: Target) -> OpCost:
+    """A loop's replaced carries copied into its state at the end of an iteration, all in one
+    step: each tile copies its share of every one (a load and a store per vector)."""
+    work = 0
+    for t in types:
+        _, per_tile = _spread(t, target)
+        width = _vector_elems(t.dtype)
+        work += worker_cycles(-(-per_tile // width), 2 * _accesses(width, t, target), target)
+    return OpCost(bytes_accessed=2 * sum(t.nbytes for t in types), syncs=1,
+                  tiles=max(_spread(t, target)[0] for t in types),
+                  compute_cycles=target.vertex_cycles + work,
+                  note=f"{len(types)} loop carr{'y' if len(types) == 1 else 'ies'} copied "
+                       "into the loop's state each iteration")
+
+
 def _slab(op: Op, operand: TensorType, piece: TensorType, layouts: Layouts) -> Slab:
     """The dynamic slice or update of `piece` within `operand`: the dims where the piece is
     smaller are those sliced at a run-time offset."""

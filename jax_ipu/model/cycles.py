@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 
 from jax_ipu.model.costs import (
     FUSABLE,
+    IN_PLACE,
     RULES,
     OpCost,
     alu_cycles,
+    carry_copies,
     op_class,
     reshape_like,
 )
@@ -198,12 +200,17 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
         cond = cost_block(op.regions[0].ops, target, uses, executions * (n + 1), depth + 1,
                           layouts)
         body = cost_block(op.regions[1].ops, target, uses, executions * n, depth + 1, layouts)
-        if trips is not None:
-            counting = _counter_ops(op)
-            for row in cond + body:
-                if id(row.op) in counting:
-                    row.cost = OpCost(note="loop counter: a counted loop is Poplar's Repeat, "
-                                           "which counts in control code")
+        counting = _counter_ops(op) if trips is not None else set()
+        for row in cond + body:
+            if id(row.op) in counting:
+                row.cost = OpCost(note="loop counter: a counted loop is Poplar's Repeat, "
+                                       "which counts in control code")
+        copied = _replaced_carries(op, counting)
+        if copied:
+            copy = Op("ipu.loop_carry_copy", tuple(copied), tuple(copied),
+                      location=op.location)
+            body.append(OpRow(copy, "rearrange", carry_copies(copied, target),
+                              executions * n, depth + 1))
         return [head, *cond, *body]
     # case / if: one branch runs; charge the most expensive one (worst case).
     branches = [cost_block(r.ops, target, uses, executions, depth + 1, layouts)
@@ -211,6 +218,34 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
     head.cost.note = f"{len(branches)} branches: costliest counted"
     worst = max(branches, key=lambda rows: sum(r.cycles(target) for r in rows), default=[])
     return [head, *worst]
+
+
+def _replaced_carries(loop: Op, counting: set[int]) -> list:
+    """Types of the carries a loop body replaces with a value made elsewhere: a Poplar loop
+    repeats one program over fixed tensors, so each such result is copied into its carry at
+    the end of every iteration (PopART's LoopOpx copies body outputs into the loop's inputs
+    the same way). A carry passed through, updated in place (a dynamic update or scatter
+    into it, an elementwise op over it) or counted by the loop itself needs no copy."""
+    body = loop.regions[1]
+    made = {v: o for o in body.ops for v in o.result_ids}
+    copied = []
+    for k, (arg, res) in enumerate(zip(body.arg_ids, body.result_ids, strict=False)):
+        if res == arg or k >= len(loop.results):
+            continue
+        producer = made.get(res)
+        if producer is not None and (id(producer) in counting or _in_place_on(producer, arg)):
+            continue
+        copied.append(loop.results[k])
+    return copied
+
+
+def _in_place_on(op: Op, arg: int) -> bool:
+    """Whether op writes its result into the carry `arg` it reads."""
+    if op_class(op) in IN_PLACE:
+        return op.operand_ids[:1] == (arg,)
+    return op_class(op) in _EXPRESSIONS and len(op.results) == 1 and any(
+        v == arg and t.size == op.results[0].size
+        for v, t in zip(op.operand_ids, op.operands, strict=False))
 
 
 def _counter_ops(loop: Op) -> set[int]:

@@ -1,13 +1,13 @@
 """The host side of the chip: what a transfer over the host link and a call of a program cost.
 
-Pure functions of a Target (figures in targets.py, H-1, H-3 and H-5); the runtime charges them."""
+Pure functions of a Target (figures in targets.py, H-1, H-3, H-5, H-6); the runtime charges them."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from jax_ipu.model.targets import CALL_HOST_SYNCS, HOST_STAGING_BYTES_PER_S, Target
+from jax_ipu.model.targets import ENGINE_RUN_S, HOST_STAGING_BYTES_PER_S, Target
 
 TO_DEVICE = "to_device"
 TO_HOST = "to_host"
@@ -66,7 +66,21 @@ def host_transfer_cycles(nbytes: int, target: Target, direction: str = TO_DEVICE
     return host_transfer(nbytes, target, direction).total
 
 
+def engine_run_cycles(target: Target) -> int:
+    """Cycles the host adds to every Engine::run, whatever it runs: the two control stream
+    copies that tell the IPU which program to start (H-6), in the target's clock (host time,
+    the same microseconds on every chip)."""
+    return math.ceil(ENGINE_RUN_S * target.clock_hz)
+
+
 def call_overhead_cycles(target: Target) -> int:
-    """Cycles the host adds to every call of a program: it starts the program and waits to
-    hear that it has finished, two handshakes like those of a stream copy (H-3)."""
-    return math.ceil(CALL_HOST_SYNCS * target.host_sync_s * target.clock_hz)
+    """Cycles the host adds to every call of a program: one Engine::run of its main program
+    (H-6); its inputs and results stream inside it (one stream copy each, host_transfer)."""
+    return engine_run_cycles(target)
+
+
+def read_back_cycles(nbytes: int, target: Target) -> int:
+    """Reading back nbytes of a result kept on the device, as JAX keeps them: a run of the
+    device-to-host program (engine_run_cycles) and its stream copy."""
+    return engine_run_cycles(target) + host_transfer_cycles(nbytes, target, TO_HOST) \
+        if nbytes > 0 else 0

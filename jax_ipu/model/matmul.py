@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from jax_ipu.model.plans import Choice, Plan, choose, splits
 from jax_ipu.model.targets import (
     ACCUMULATOR_BYTES,
-    AMP_BLOCK_INPUTS,
+    AMP_PASS_SUPERVISOR_CYCLES,
+    AMP_PASS_WORKER_CYCLES,
     MIN_BYTES_PER_TILE,
     VECTOR_BYTES,
     Target,
@@ -69,21 +71,30 @@ class MatmulPlan:
         return self.compute_cycles + self.exchange_cycles + self.syncs * target.sync_cycles
 
 
-def amp_cycles(g: int, m: int, n: int, blocks: int, itemsize: int, target: Target) -> int:
+def amp_cycles(g: int, m: int, n: int, blocks: int, itemsize: int, target: Target,
+               kernel: bool = False) -> int:
     """Cycles of the multiply units for g products of m rows and n columns on one tile whose
-    contraction is `blocks` blocks of AMP_BLOCK_INPUTS.
+    contraction is `blocks` blocks of target.amp_block_inputs (16 fp16, 8 fp32); `kernel`:
+    the blocks span kernel positions (PopLibs' ConvPartialnx1 vertex, not its 1x1 one).
 
-    The units hold a block of weights, one output channel each and AMP_BLOCK_INPUTS deep,
-    loaded at the local memory rate; then every row of the other operand streams through,
-    `inputs` elements a cycle. So channels are padded to whole units and the contraction to
-    whole blocks, and thin products pay a weight load per block (C-1: 331 + 4 N cycles for
-    [N,16] @ [16,16] in fp16). The cheaper of m or n serves as the channels."""
+    The units hold a block of weights, one output channel each and a block deep, loaded at
+    the local memory rate; then every row of the other operand streams through, `inputs`
+    elements a cycle. So channels are padded to whole units and the contraction to whole
+    blocks, and thin products pay a weight load per block (C-1: 331 + 4 N cycles for
+    [N,16] @ [16,16] in fp16). Over kernel positions each pass after the first (a block of
+    another kernel position or channel group) also restarts the nx1 vertex's supervisor loop
+    and workers (G-4); the 1x1 vertex of a matmul keeps its workers' state between passes.
+    The cheaper of m or n serves as the channels."""
     units, inputs = target.amp_shape(itemsize)
-    load = math.ceil(units * AMP_BLOCK_INPUTS * itemsize / target.local_bytes_per_tile_cycle)
-    stream = AMP_BLOCK_INPUTS // inputs  # cycles per row per block
+    depth = target.amp_block_inputs(itemsize)
+    load = math.ceil(units * depth * itemsize / target.local_bytes_per_tile_cycle)
+    stream = depth // inputs  # cycles per row per block
+    restart = AMP_PASS_SUPERVISOR_CYCLES + target.worker_threads * AMP_PASS_WORKER_CYCLES \
+        if kernel else 0
 
     def cycles(channels: int, rows: int) -> int:
-        return g * -(-channels // units) * blocks * (load + rows * stream)
+        passes = g * -(-channels // units) * blocks
+        return passes * (load + rows * stream) + (passes - 1) * restart
     return min(cycles(n, m), cycles(m, n))
 
 
@@ -95,12 +106,13 @@ def mac_cycles(g: int, m: int, n: int, k: int, itemsize: int, target: Target) ->
     return g * m * n * -(-k // per_vector)
 
 
-def _blocks(p: Product, kt: int, pk: int) -> int:
+def _blocks(p: Product, kt: int, pk: int, target: Target) -> int:
     """AMP blocks of a tile's share kt of the contraction: whole kernel positions when K is
     split no finer than them, each padded to whole blocks."""
+    depth = target.amp_block_inputs(p.itemsize)
     if pk <= p.positions:
-        return -(-p.positions // pk) * -(-p.depth // AMP_BLOCK_INPUTS)
-    return -(-kt // AMP_BLOCK_INPUTS)
+        return -(-p.positions // pk) * -(-p.depth // depth)
+    return -(-kt // depth)
 
 
 def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bool],
@@ -112,6 +124,12 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
     # float32 partial sums stay in the AMP's accumulators for one pass over the whole of K;
     # a K split or serial passes keep them in tile memory between passes
     acc = gt * mt * nt * ACCUMULATOR_BYTES
+    # A tile must hold its share of both operands (a block is spread over the tiles sharing
+    # it) and its block of the result, whatever the memory proportion allows for
+    # temporaries: a plan on too few tiles is no plan
+    stored = gt * (mt * -(-p.left_k // pk) / pn + nt * kt / pm + mt * nt) * p.itemsize
+    if stored > target.bytes_per_tile:
+        return None
     limit = math.inf if least else \
         target.available_memory_proportion * target.bytes_per_tile
     # Operands laid out for the plan (placed) hold their block once over the tiles that
@@ -133,7 +151,8 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
     xbw = target.exchange_bytes_per_tile_cycle
     received = math.ceil(whole / serial)
     if amp:
-        work = amp_cycles(gt, mt, nt, -(-_blocks(p, kt, pk) // serial), p.itemsize, target)
+        work = amp_cycles(gt, mt, nt, -(-_blocks(p, kt, pk, target) // serial), p.itemsize,
+                          target, p.positions > 1)
     else:
         work = mac_cycles(gt, mt, nt, -(-kt // serial), p.itemsize, target)
     compute = serial * (target.vertex_cycles + work)
@@ -194,7 +213,8 @@ def plan_matmul(g: int, m: int, n: int, k: int, itemsize: int, target: Target,
 
 
 def _best(p: Product, placed: tuple[bool, bool], target: Target, amp: bool) -> MatmulPlan:
-    plan = _search(p, placed, target, amp) or _search(p, placed, target, amp, least=True)
+    plan = _search(p, placed, target, amp) or _search(p, placed, target, amp, least=True) or \
+        _search(p, placed, replace(target, bytes_per_tile=2 ** 62), amp, least=True)
     assert plan is not None  # with unbounded memory, (1,1,1,1) always fits
     return plan
 
@@ -225,8 +245,27 @@ def choose_matmul(g: int, m: int, n: int, k: int, itemsize: int, target: Target,
                   placed: tuple[bool, bool] = (True, True)) -> Choice:
     """The plan of a dot, and the best plan of another kind (a K split, serial passes...)."""
     p = Product(max(g, 1), max(m, 1), max(n, 1), max(k, 1), itemsize)
-    candidates = [_as_plan("AMP", plan) for plan in _variants(p, placed, target, True)]
-    return choose(candidates, target)
+    return _within_memory(lambda t: [_as_plan("AMP", plan)
+                                     for plan in _variants(p, placed, t, True)], target)
+
+
+def _within_memory(candidates: Callable[[Target], list[Plan]], target: Target) -> Choice:
+    """Poplin's choice (G-4, ConvPlan.cpp): the cheapest plan whose temporaries fit the
+    memory proportion; when none does, the planner tries again allowing twice the
+    temporaries, and again, up to twice a tile's memory, then with no bound at all (the
+    chosen plan then says it does not fit)."""
+    choice = choose(candidates(target), target)
+    proportion = target.available_memory_proportion
+    while not choice.fits and proportion < 2:
+        proportion = min(2.0, 2 * proportion)
+        relaxed = replace(target, available_memory_proportion=proportion)
+        choice = choose(candidates(relaxed), relaxed)
+        if choice.fits:
+            return replace(choice, fits=False)
+    if not choice.fits:
+        unbounded = replace(target, available_memory_proportion=math.inf)
+        choice = replace(choose(candidates(unbounded), unbounded), fits=False)
+    return choice
 
 
 def _variants(p: Product, placed: tuple[bool, bool], target: Target, amp: bool
@@ -245,7 +284,10 @@ def _variants(p: Product, placed: tuple[bool, bool], target: Target, amp: bool
                     kind = _family("", plan)
                     if kind not in found or plan.cycles(target) < found[kind].cycles(target):
                         found[kind] = plan
-    least = _search(p, placed, target, amp, least=True)
+    # the least memory one; when no split holds its blocks in a tile, the one of the most
+    # tiles (the memory model then reports the program out of memory)
+    least = _search(p, placed, target, amp, least=True) or \
+        _search(p, placed, replace(target, bytes_per_tile=2 ** 62), amp, least=True)
     if least is not None:
         found.setdefault(_family("", least), least)
     return list(found.values())
@@ -274,13 +316,14 @@ def choose_conv(g: int, m: int, n: int, kernel: Kernel, itemsize: int, target: T
         folds[kernel.width] = "AMP on channels widened by the kernel width"
     if kernel.positions > kernel.width:
         folds[kernel.positions] = "AMP on the whole kernel folded into channels (im2col)"
-    candidates = []
-    for fold, method in folds.items():
-        p = Product(g, m, n, k, itemsize, kernel.positions // fold, kernel.channels * fold,
-                    fold)
-        candidates += [_as_plan(method, plan, p.positions)
-                       for plan in _variants(p, placed, target, True)]
     mac = Product(g, m, n, k, itemsize, kernel.positions, kernel.channels)
-    candidates += [_as_plan("vector multiply-accumulates, no AMP", plan)
-                   for plan in _variants(mac, placed, target, False)]
-    return choose(candidates, target)
+
+    def candidates(t: Target) -> list[Plan]:
+        plans = []
+        for fold, method in folds.items():
+            p = Product(g, m, n, k, itemsize, kernel.positions // fold,
+                        kernel.channels * fold, fold)
+            plans += [_as_plan(method, plan, p.positions) for plan in _variants(p, placed, t, True)]
+        return plans + [_as_plan("vector multiply-accumulates, no AMP", plan)
+                        for plan in _variants(mac, placed, t, False)]
+    return _within_memory(candidates, target)

@@ -7,6 +7,7 @@ as the runner-up, with why it lost."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -36,6 +37,14 @@ class Plan:
     estimate: float | None = None
     messages: int = 0  # exchange instructions a tile runs per exchange step (0: one each way)
     kernel_positions: int = 1  # kernel positions an AMP vertex's worklists cover
+    # the temporaries the planner holds against the memory proportion, when that differs
+    # from what the plan allocates (PopLibs' embedding planner adds its rearrangement bias)
+    budgeted_bytes: int | None = None
+
+    @property
+    def fit_bytes(self) -> int:
+        """The bytes a tile's share of the memory proportion must hold for this plan."""
+        return self.temp_bytes_per_tile if self.budgeted_bytes is None else self.budgeted_bytes
 
     def cycles(self, target: Target) -> float:
         return self.compute_cycles + self.exchange_cycles + self.syncs * target.sync_cycles
@@ -61,7 +70,7 @@ class Choice:
     def describe(self, target: Target) -> str:
         text = f"{self.chosen.name}: {self.chosen.cycles(target):,.0f} cycles"
         if not self.fits:
-            text += "; no plan fits the memory proportion, so the one needing least memory"
+            text += "; no plan fits the memory proportion"
         return text
 
     def alternative(self, target: Target) -> str:
@@ -76,27 +85,30 @@ def budget(target: Target) -> float:
     return target.available_memory_proportion * target.bytes_per_tile
 
 
-def choose(plans: Iterable[Plan], target: Target) -> Choice:
+def choose(plans: Iterable[Plan], target: Target, unbounded: bool = False) -> Choice:
     """The plan the planner ranks cheapest among those that fit; if none fits, the one
-    needing least memory."""
+    needing least memory, or with `unbounded` the cheapest (PopLibs' embedding planner plans
+    again without the memory limit)."""
     candidates = list(plans)
     limit = budget(target)
-    fitting = [p for p in candidates if p.temp_bytes_per_tile <= limit]
+    fitting = [p for p in candidates if p.fit_bytes <= limit]
     if fitting:
-        best = min(fitting, key=lambda p: (p.planned(target), p.temp_bytes_per_tile))
+        best = min(fitting, key=lambda p: (p.planned(target), p.fit_bytes))
+    elif unbounded:
+        best = min(candidates, key=lambda p: (p.planned(target), p.fit_bytes))
     else:
-        best = min(candidates, key=lambda p: (p.temp_bytes_per_tile, p.planned(target)))
+        best = min(candidates, key=lambda p: (p.fit_bytes, p.planned(target)))
     others = [p for p in candidates if p.family != best.family]
     if not others:
         return Choice(best, None, "", bool(fitting))
     rival = min(others, key=lambda p: p.planned(target))
-    if rival.temp_bytes_per_tile > limit and fitting:
-        why = f"needs {rival.temp_bytes_per_tile:,} B of temporaries a tile, over the " \
+    if rival.fit_bytes > limit and fitting:
+        why = f"needs {rival.fit_bytes:,} B of temporaries a tile, over the " \
               f"{limit:,.0f} B the memory proportion ({target.available_memory_proportion:g}) " \
               "allows"
-    elif not fitting:
-        why = f"needs {rival.temp_bytes_per_tile:,} B a tile, more than the chosen " \
-              f"{best.temp_bytes_per_tile:,} B"
+    elif not fitting and not unbounded:
+        why = f"needs {rival.fit_bytes:,} B a tile, more than the chosen " \
+              f"{best.fit_bytes:,} B"
     else:
         mine, theirs = best.planned(target), rival.planned(target)
         judged = "estimated " if rival.estimate is not None else ""
@@ -114,3 +126,25 @@ def splits(extent: int, limit: int) -> list[int]:
         values.add(p)
         p *= 2
     return sorted(values)
+
+
+def steps(extent: int, limit: int, ratio: float = 1.2) -> list[int]:
+    """Candidate splits of `extent` over at most `limit` tiles on a finer grid than splits():
+    every count up to 16, then a geometric grid, each the fewest tiles giving its share
+    (ceil(extent / d) tiles' worth): PopLibs' embedding planner searches every integer split
+    (its ceildivConstrainDivisor keeps the least divisor of each share); this grid keeps
+    its choices (every D-1 shape) at a fraction of the search."""
+    top = max(1, min(limit, extent))
+    values = set(range(1, min(top, 16) + 1))
+    d = 16.0
+    while d < top:
+        d *= ratio
+        values.add(min(top, math.ceil(d)))
+    values.add(top)
+    out, shares = [], set()
+    for v in sorted(values):
+        share = -(-extent // v)
+        if share not in shares:
+            shares.add(share)
+            out.append(v)
+    return out

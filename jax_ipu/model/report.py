@@ -110,10 +110,12 @@ class CyclesReport:
     sync: float
     host_exchange: float
     host_input_cycles_per_call: int  # if every argument came from the host
-    host_output_cycles_per_call: int  # if every result went to the host
+    # if every result were read back: a run of the device-to-host program and a stream copy each
+    host_output_cycles_per_call: int
     unknown_trip_counts: int
     unmodelled_ops: list[str]
-    call: int = 0  # what the host adds to every call: starting the program, hearing it end
+    call: int = 0  # what the host adds to every call: one Engine::run's control stream copies
+    read_back: int = 0  # the same for each read-back of a result kept on the device
     # moves between memory kinds inside the program (in total): set-ups, and bytes over the
     # gateway (Streaming Memory) or the host link (host memory)
     streaming_setup: float = 0.0
@@ -155,8 +157,9 @@ class ProgramReport:
           liveness: [{step, op, location, bytes}], argument_bytes, output_bytes, alias_bytes,
           temporary_bytes}
         - cycles: {total, compute, exchange, sync, host_exchange, host_input_cycles_per_call,
-          host_output_cycles_per_call, unknown_trip_counts, unmodelled_ops: [op name], call}
-          (total is the program on the chip; call is what the host adds to each call of it)
+          host_output_cycles_per_call, unknown_trip_counts, unmodelled_ops: [op name], call,
+          read_back} (total is the program on the chip; call is what the host adds to each
+          call of it, read_back to each read of a result kept on the device, before its copy)
         - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
           fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
           host_cycles, cycles, tiles, note, link_bytes, plan, runner_up}] in program order

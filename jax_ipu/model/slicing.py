@@ -18,11 +18,15 @@ import math
 from dataclasses import dataclass
 
 from jax_ipu.model.mapping import tiles_used
-from jax_ipu.model.plans import Choice, Plan, choose, splits
+from jax_ipu.model.plans import Choice, Plan, choose, splits, steps
 from jax_ipu.model.targets import (
     ACCUMULATOR_BYTES,
+    BINARY_OP_WORKER_OVERHEAD,
     FILL_CYCLES_PER_REGION,
     INDEX_BYTES,
+    INDEX_DIVIDE_WORKER_CYCLES,
+    INT_ALU_WORKER_CYCLES,
+    MIN_INDICES_PER_TILE,
     MULTISLICE_CYCLES_PER_OFFSET,
     MULTISLICE_CYCLES_PER_SKIPPED_OFFSET,
     MULTISLICE_CYCLES_PER_VECTOR,
@@ -112,47 +116,104 @@ def _to_result(out_bytes_here: int, result_bytes: int, target: Target) -> float:
     return _exchange(max(out_bytes_here, per_tile), target)
 
 
+def _estimated_slice(elems: int, lookups: int, rows_here: int, rows: int,
+                     single_region: bool, target: Target) -> int:
+    """PopLibs' estimate of a MultiSlice vertex (G-5, getMultiSliceCycleEstimate): a worker's
+    share of the lookups, those in its tile's rows copied, the rest skipped, its prologue;
+    one lookup alone is spread over the workers."""
+    w = target.worker_threads
+    per_worker = -(-lookups // w)
+    held = math.ceil(per_worker * rows_here / max(1, rows))
+    vectors = -(-elems // (VECTOR_BYTES // 4))
+    if single_region:
+        vectors = -(-vectors // w)
+    return w * (MULTISLICE_PROLOGUE_CYCLES + held * (
+        MULTISLICE_CYCLES_PER_OFFSET + vectors * MULTISLICE_CYCLES_PER_VECTOR)
+        + (per_worker - held) * MULTISLICE_CYCLES_PER_SKIPPED_OFFSET)
+
+
+def index_rewrite_cycles(lookups: int, rows_per_group: int, target: Target) -> float:
+    """The second stage's indices, computed from the first's on the tiles holding them
+    (PopLibs' multiSlicePlanned: index / rows per group x lookups + position, one map
+    expression): the busiest tile's indices, each an unsigned divide (a shift when the rows
+    per group are a power of two, as popops rewrites it), a multiply and an add."""
+    held = min(lookups, max(MIN_INDICES_PER_TILE, -(-lookups // target.num_tiles)))
+    shift = rows_per_group & (rows_per_group - 1) == 0
+    per_index = (INT_ALU_WORKER_CYCLES if shift else INDEX_DIVIDE_WORKER_CYCLES) + \
+        2 * INT_ALU_WORKER_CYCLES
+    w = target.worker_threads
+    return target.vertex_cycles + w * (BINARY_OP_WORKER_OVERHEAD + -(-held // w) * per_index)
+
+
 @functools.lru_cache(maxsize=1024)
 def plan_gather(t: Table, result_bytes: int, target: Target) -> Choice:
-    """The multiSlice plan Poplar picks for N lookups of whole rows of the table: ranked by
-    PopLibs' estimate (which biases towards tables spread over all tiles), charged for what
-    the chip does (the rows then cross to the result's linear layout)."""
+    """The multiSlice plan PopLibs' embedding planner picks for N lookups of whole rows: its
+    columns split U ways, its rows S ways, the lookups P ways, ranked by PopLibs' own
+    estimate (G-5: vertex estimates, exchange by bytes alone, and a bias towards tables
+    spread over every tile) under its limits (temporaries within the memory proportion; no
+    split that cannot write the result at 8 B a cycle), and charged for what the chip runs.
+
+    A split of the rows runs two stages: each row group copies the lookups it holds, then
+    the indices are rewritten on the tiles that hold them (an iota, then one map
+    expression: a divide or a shift, a multiply and an add per index) and a second stage
+    picks each lookup's row among the groups' candidates. The rows then cross to the
+    result's linear layout."""
     plans = []
-    spread = -(-t.rows * t.row_elems * t.itemsize // target.num_tiles)
-    for u, s, p, grain, grains in _split_sizes(t, target, t.lookups):
-        elems, vectors, rows_here, lookups = _tile_share(t, u, s, p, grain, grains)
-        base = rows_here * elems * t.itemsize
-        # the lookup groups each need the table part of their tiles: a broadcast; a table
-        # laid out elsewhere arrives whole
-        received = base if p > 1 or not t.placed else 0
-        # PopLibs also charges a table held on fewer tiles than it could be spread over as
-        # if it were rearranged (alwaysIncludeBaseRearrangementCost, G-5)
-        biased = max(received, base - spread)
-        indices = INDEX_BYTES * lookups
-        compute, estimate = _slice_vertex(lookups, rows_here, t.rows, vectors, target)
-        exchange = _exchange(indices + received, target)
-        estimate += _estimated_exchange(indices + biased, target)
-        temp = received + indices
-        syncs, steps, csteps = 2, 1, 1
-        out_here = lookups * elems * t.itemsize
-        if s > 1:
-            # second stage: the row groups' candidates cross to the lookups' tiles
-            second = -(-lookups // s)
-            candidates = s * second * elems * t.itemsize
-            stage, judged = _slice_vertex(second * s, second, second * s, vectors, target)
-            compute += stage
-            exchange += _exchange(candidates, target)
-            estimate += judged + _estimated_exchange(candidates, target)
-            temp += out_here + candidates
-            out_here = second * elems * t.itemsize
-            syncs, steps, csteps = 4, 2, 2
-        exchange += _to_result(out_here, result_bytes, target)
-        family = ("lookups split, table broadcast" if p > 1 else "lookups whole") + \
-            (", rows split, two stages" if s > 1 else "")
-        plans.append(Plan(family, f"columns {u} x rows {s} x lookups {p}", compute, exchange,
-                          syncs + 1, u * s * p, int(temp), steps + 1, csteps, estimate,
-                          messages=2 * max(p, s)))
-    return choose(plans, target)
+    isz = t.itemsize
+    grain = max(1, min(t.row_elems, VECTOR_BYTES // isz))
+    grains = -(-t.row_elems // grain)
+    grain_bytes = grain * isz
+    tiles = target.num_tiles
+    spread = -(-t.rows * grains // tiles) * grain_bytes
+    writes = -(-t.lookups * t.row_elems * isz // VECTOR_BYTES)
+    single = t.lookups == 1
+    for u in steps(grains, tiles):
+        held_grains = -(-grains // u)
+        elems = held_grains * grain
+        vectors = -(-min(elems, t.row_elems) * isz // VECTOR_BYTES)
+        for s in steps(t.rows, min(-(-t.rows // 2), tiles // u)):
+            rows_here = -(-t.rows // s)
+            base = rows_here * held_grains * grain_bytes
+            for p in steps(t.lookups, tiles // (u * s)):
+                lookups = -(-t.lookups // p)
+                first = _estimated_slice(elems, lookups, rows_here, t.rows, single, target)
+                if writes > p * u * first:
+                    continue
+                biased = max(base if p > 1 else 0, base - spread)
+                estimate = first + _estimated_exchange(biased, target)
+                indices = INDEX_BYTES * lookups
+                out_here = lookups * held_grains * grain_bytes
+                budgeted = biased + indices
+                received = base if p > 1 or not t.placed else 0
+                temp = received + indices
+                compute, _ = _slice_vertex(lookups, rows_here, t.rows, vectors, target)
+                exchange = _exchange(indices + received, target)
+                syncs, xsteps, csteps = 2, 1, 1
+                if s > 1:
+                    second = -(-lookups // s)
+                    candidates = s * second * held_grains * grain_bytes
+                    # PopLibs passes the second stage grains for elements (its estimate)
+                    estimate += _estimated_exchange(candidates, target) + _estimated_slice(
+                        held_grains, second, rows_here, t.rows, single, target)
+                    staged = out_here + candidates + INDEX_BYTES * second
+                    budgeted = max(budgeted + out_here, staged)
+                    temp = max(temp + out_here, staged)
+                    transform = index_rewrite_cycles(t.lookups, rows_here, target)
+                    stage, _ = _slice_vertex(second * s, second, second * s, vectors, target)
+                    compute += target.vertex_cycles + transform + stage  # iota, map, stage 1
+                    exchange += _exchange(2 * INDEX_BYTES * min(
+                        t.lookups, MIN_INDICES_PER_TILE), target) + \
+                        _exchange(candidates + INDEX_BYTES * second, target)
+                    syncs, xsteps, csteps = 7, 3, 4
+                    out_here = second * held_grains * grain_bytes
+                exchange += _to_result(out_here, result_bytes, target)
+                family = ("lookups split, table broadcast" if p > 1 else "lookups whole") + \
+                    (", rows split, two stages" if s > 1 else "")
+                plans.append(Plan(family, f"columns {u} x rows {s} x lookups {p}", compute,
+                                  exchange, syncs + 1, u * s * p, int(temp), xsteps + 1,
+                                  csteps, estimate, messages=2 * max(p, s),
+                                  budgeted_bytes=int(budgeted)))
+    return choose(plans, target, unbounded=True)
 
 
 def _fill(nbytes: int, regions: int, target: Target) -> float:

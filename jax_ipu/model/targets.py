@@ -37,6 +37,11 @@ SOURCES: dict[str, str] = {
     "G-8": "graphcore/examples, vision/cnns/pytorch/train/configs.yml, 'resnet50': micro-batch "
            "18 per IPU, precision 16.16, manual recomputation, availableMemoryProportion 0.16, "
            "one IPU per replica on IPU-M2000: https://github.com/graphcore/examples",
+    "G-9": "graphcore/examples, nlp/bert/popart/configs: squad_large_128_inf.json (BERT-Large "
+           "SQuAD inference, 24 layers on one IPU: layers_per_ipu [24], sequence 128, "
+           "micro-batch 1, FLOAT16, default availableMemoryProportion) and squad_large_384.json "
+           "(its training, sequence 384, micro-batch 4: layers_per_ipu [2,3,3,3,3,3,3,4], eight "
+           "IPUs): https://github.com/graphcore/examples",
     "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
            "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
            "https://github.com/graphcore-research/tessellate-ipu",
@@ -64,6 +69,13 @@ SOURCES: dict[str, str] = {
     "H-4": "graphcore/tutorials, tutorials/poplar/tut6_matrix_vector (first-run totals)",
     "H-5": "graphcore/tutorials, tutorials/pytorch/efficient_data_loading README (PopTorch "
            "small CNN, synthetic against real data)",
+    "H-6": "graphcore/tutorials, tutorials/popvision/lightweight_profiling README, example 3 "
+           "(the two control StreamCopy triplets that start every Engine::run, Mk2); and "
+           "graphcore-research/tensorflow-jax-experimental, xla_client/pjrt/"
+           "ipu_pjrt_executable.cc (the seed's PJRT client: one MAIN_SEQUENCE run a call, "
+           "inputs and outputs streamed in it through callbacks; donated inputs moved by a "
+           "HOST_TO_DEVICE run) and driver/poplar_executor.cc (on-device buffers read back by "
+           "a DEVICE_TO_HOST run)",
     "D-1": "graphcore/Gradient-Pytorch-Geometric, ipu-speed-advantage: benchmark_util.py "
            "(programs) and precomputed_results/ipu/{gather,scatter_add}.csv (Bow, fp32): "
            "https://github.com/graphcore/Gradient-Pytorch-Geometric",
@@ -99,10 +111,20 @@ IPU21_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] not published; assumed as ipu2 (same
 # units per tile = MACs per cycle / this [D]. Products are padded to whole units and inputs.
 AMP_FP16_INPUTS_PER_CYCLE = 4  # [P]
 AMP_FP32_INPUTS_PER_CYCLE = 2  # [P]
-# The units hold weights 16 inputs deep: C-1's [N,16] @ [16,16] in fp16 fills them and takes
-# 4 cycles a row, plus about 50 cycles beyond a vertex launch and sync, which loading 16 x 16
-# weights at one 64-bit load a cycle (64 cycles) accounts for [D from P, C-1].
-AMP_BLOCK_INPUTS = 16  # [D from P] C-1
+# The units are a pipeline 4 deep: each holds 4 x (its inputs a cycle) weights, 16 fp16 or 8
+# fp32 (PopLibs' weightsPerConvUnit, its pipeline depth times its input load, G-4). C-1's
+# [N,16] @ [16,16] in fp16 fills them and takes 4 cycles a row, plus about 50 cycles beyond a
+# vertex launch and sync, which loading 16 x 16 weights at one 64-bit load a cycle (64 cycles)
+# accounts for [D from P, C-1]. Was 16 deep for fp32 too.
+AMP_PIPELINE_DEPTH = 4  # [D from P] C-1, G-4
+# Each further pass of PopLibs' AMP vertex (ConvPartialnx1) over a block of weights (another
+# kernel position, input-channel group or output-channel group) runs its supervisor's inner
+# loop again and restarts its workers (G-4, lib/poplin/PerformanceEstimation.hpp): 12 + 15 + 3
+# supervisor cycles, and per worker 17 to start and 3 + 34 for a worklist entry beyond the 4
+# cycles of each of its first 3 rows (3 + 45 and 8 for fp32): 42 worker cycles, six workers in
+# turn. The first pass's are in the vertex launch (C-1 measures one pass).
+AMP_PASS_SUPERVISOR_CYCLES = 30  # [P] G-4
+AMP_PASS_WORKER_CYCLES = 42  # [P] G-4
 
 # Local memory: one 64-bit load or store issues per cycle per tile. C-3 [P] fits 1.5 cycles
 # per element of an fp32 scaled add (two loads and a store per 2 elements); M-1 [P] measures
@@ -144,9 +166,17 @@ STREAM_COPY_MID_S = 1_500 / IPU2_CLOCK_HZ  # [P] H-3: the data phase's fixed par
 # leaving 273 us of host-side copying for 1 MiB (PopTorch's data loader included): 3.8 GB/s.
 # Fitted on H-5, the only figure that isolates it; held back: H-2 (link only, see the tests).
 HOST_STAGING_BYTES_PER_S = 3.84e9  # [D from P] H-5
-# Running a program from the host starts it and waits to hear it has finished: the two
-# handshakes of a stream copy without its data phase [D from P, H-3]. Was not charged.
-CALL_HOST_SYNCS = 2  # [D]
+# Every Engine::run starts with two control stream copies that tell the IPU which program to
+# run [P] (H-6: graphcore/tutorials, lightweight profiling, example 3, on Mk2, "always present
+# at the beginning of a run"): the first took 155 + 1,513 + 87 cycles (Begin, Mid, End), the
+# second 35,183,056 + 1,531 + 205,246 on that first run after loading the program. After the
+# first run the second's Begin is taken as a data copy's (H-3: ~82k) [D]; its Mid and End are
+# as measured. A call of a program is one run (the seed's PJRT client runs MAIN_SEQUENCE once
+# a call, streaming its inputs and outputs inside it); reading back a result kept on the
+# device is another (its DEVICE_TO_HOST program), as the seed reads on-device buffers.
+# Was two host handshakes a call (164,000 cycles) [D from P] and nothing for a read-back.
+RUN_CONTROL_COPIES_CYCLES = (155 + 1_513 + 87, 82_000 + 1_531 + 205_246)  # [P, D] H-6, Mk2
+ENGINE_RUN_S = sum(RUN_CONTROL_COPIES_CYCLES) / IPU2_CLOCK_HZ  # [D from P] H-6: ~218 us
 
 # IPU-Links. PopLibs' multi-IPU model: 128 Gibit/s per link at 0.85 efficiency [P, L-2];
 # gc-iputraffictest moves 423 Gbit/s both ways between neighbouring IPUs of an M2000 [P, L-1],
@@ -267,6 +297,17 @@ MULTIUPDATE_CYCLES_PER_SKIPPED_OFFSET = 5  # [P] G-5
 # exchanges by bytes alone, with no syncs (G-5): plans are ranked so, while the chip is charged
 # a vertex launch, exchange set-up and syncs (C-5).
 MULTISLICE_PROLOGUE_CYCLES = 30  # [P] G-5
+# PopLibs lays indices out at least this many a tile (createIndicesTensor, G-5).
+MIN_INDICES_PER_TILE = 32  # [P] G-5
+# popops' own estimates of its elementwise vertices, in worker cycles (G-5,
+# popopsCycleEstimators): an unsigned add, multiply or shift 7 an element, and 26 to start a
+# BinaryOp1D worker. An unsigned divide is a software routine there (no divide instruction):
+# popops estimates 265 an element for its generic loop; the small quotients of a two-stage
+# multiSlice's index rewrite (an index over rows per group) take fewer, fitted on D-1's fitted
+# shapes (1024 x 256 -> 128: the only one with such a divide) [D].
+INT_ALU_WORKER_CYCLES = 7  # [P] G-5
+BINARY_OP_WORKER_OVERHEAD = 26  # [P] G-5
+INDEX_DIVIDE_WORKER_CYCLES = 112  # [D from P] D-1 fitted (1024 x 256 -> 128); popops: 265
 MULTIUPDATE_PROLOGUE_CYCLES = 38  # [P] G-5: 3 + 29 + 6 for a scaled fp32 update
 # Writing a constant into one contiguous piece of a tile's memory costs set-up beyond its
 # stores: PopLibs' Fill2d estimate, 16 before the loop, 6 after, 1-2 for alignment, less the
@@ -325,6 +366,11 @@ class Target:
         else:
             inputs, flops = AMP_FP32_INPUTS_PER_CYCLE, self.fp32_flops_per_tile_cycle
         return max(1, flops // 2 // inputs), inputs
+
+    def amp_block_inputs(self, itemsize: int) -> int:
+        """Inputs of a block of weights the multiply units hold: their pipeline depth times the
+        inputs each takes a cycle (16 fp16, 8 fp32)."""
+        return AMP_PIPELINE_DEPTH * self.amp_shape(itemsize)[1]
 
     def peak_flops_per_s(self, dtype: str = "float16") -> float:
         return self.num_tiles * self.flops_per_tile_cycle(dtype) * self.clock_hz

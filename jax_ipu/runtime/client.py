@@ -18,7 +18,7 @@ import numpy as np
 
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
-from jax_ipu.model import TO_DEVICE, TO_HOST, host_transfer
+from jax_ipu.model import TO_DEVICE, TO_HOST, engine_run_cycles, host_transfer
 from jax_ipu.model.streaming import DEVICE, UNPINNED_HOST, move
 from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
@@ -285,9 +285,12 @@ _LINK_FIELD = {TO_DEVICE: "host_to_device", TO_HOST: "device_to_host"}
 
 
 def _charge(device: IpuDevice, nbytes: int, direction: str) -> int:
-    """Advance the model clock by one stream copy between host and device; its cycles."""
+    """Advance the model clock by one stream copy between host and device, and for a read of
+    an array kept on the device the run of the program that streams it back; its cycles."""
     transfer = host_transfer(nbytes, device.target, direction)
     device.advance("stream_setup", transfer.setup_cycles)
     device.advance(_LINK_FIELD[direction], transfer.link_cycles)
     device.advance("host_staging", transfer.staging_cycles)
-    return transfer.total
+    run = engine_run_cycles(device.target) if direction == TO_HOST and nbytes > 0 else 0
+    device.advance("read_back_run", run)
+    return transfer.total + run

@@ -14,12 +14,13 @@ from jax_ipu.runtime.memory import IpuMemory, MemoryStats, memories_of
 # What the model clock counts, in cycles of the device's target clock: the programs' own phases
 # on the chip (host_exchange: their stream copies, e.g. callbacks and infeeds; streaming: their
 # moves between memory kinds, streaming_setup their fixed parts), and the host side of each call
-# (call: starting a program and hearing it end) and of each transfer to or from the host
+# (call: the Engine::run of its main program) and of each transfer to or from the host
 # (stream_setup: a stream copy's fixed handshakes; the links: its bytes; host_staging: the host
-# copying them between the user's array and the stream buffer).
+# copying them between the user's array and the stream buffer; read_back_run: the Engine::run
+# of the device-to-host program that reading back an array kept on the device takes).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
                 "host_to_device", "device_to_host", "host_staging", "streaming_setup",
-                "streaming")
+                "streaming", "read_back_run")
 
 
 class IpuDevice:
