@@ -5,6 +5,7 @@ Runtime errors become PJRT errors with their code; a slot with no handler answer
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import math
@@ -22,6 +23,7 @@ from jax_ipu.runtime.client import IpuClient, Settings
 from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice, IpuMemory
 from jax_ipu.runtime.executable import IpuExecutable
+from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)
 
@@ -178,9 +180,10 @@ def client_create(args: Any) -> None:
         state.client, state.process_index, state.num_processes, state.coordinator_address)
     client = IpuClient(Settings.from_config(), cluster)
     for device in client.devices:
-        device.memory.handle = _table.new_handle(device.memory, kind=IpuMemory.kind.encode())
-        device.handle = _table.new_handle(device, memory=device.memory.handle,
-                                          stats=device.stats_counters)
+        memory = device.memory
+        memory.handle = _table.new_memory(memory, memory.kind.encode(), memory.stats_counters,
+                                          memory.bytes_limit)
+        device.handle = _table.new_device(device, memory.handle)
     client.handle = _table.new_handle(client)
     args.client = _table.give(client.handle)
 
@@ -260,7 +263,7 @@ def client_compile(args: Any) -> None:
     code = ctypes.string_at(program.code, program.code_size)
     options = ctypes.string_at(args.compile_options, args.compile_options_size)
     executable = client.compile(code, options)
-    args.executable = _table.give(_table.new_executable(executable, executable))
+    args.executable = _table.give(_table.new_executable(executable, executable.plan))
 
 
 @slot("Client_BufferFromHostBuffer", abi.ClientBufferFromHostBuffer)
@@ -275,7 +278,7 @@ def client_buffer_from_host(args: Any) -> None:
         else ()
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
     array = client.put(host, device)
-    args.buffer = _table.give(_table.new_buffer(array, device.handle, args.type, dims,
+    args.buffer = _table.give(_table.new_buffer(array, device.memory.handle, args.type, dims,
                                                 host.nbytes))
     args.done_with_host_buffer = _table.READY_EVENT
 
@@ -374,8 +377,7 @@ def device_get_attributes(args: Any) -> None:
 
 @slot("Device_MemoryStats", abi.DeviceMemoryStats)
 def device_memory_stats(args: Any) -> None:
-    device = _obj(args.device)
-    stats = device.stats
+    stats = _obj(args.device).memory.stats
     start = abi.DeviceMemoryStats.bytes_in_use.offset  # jaxlib leaves the outputs uninitialised
     ctypes.memset(ctypes.addressof(args) + start, 0, abi.DeviceMemoryStats.STRUCT_SIZE - start)
     args.bytes_in_use = stats.bytes_in_use
@@ -387,7 +389,7 @@ def device_memory_stats(args: Any) -> None:
 
 @slot("Device_ClearMemoryStats", abi.DeviceClearMemoryStats)
 def device_clear_memory_stats(args: Any) -> None:
-    _obj(args.device).reset_peak()
+    _obj(args.device).memory.reset_peak()
 
 
 # ---- memories ----
@@ -550,7 +552,7 @@ def executable_deserialize_and_load(args: Any) -> None:
                                args.overridden_serialized_compile_options_size) \
         if args.overridden_serialized_compile_options else None
     executable = client.deserialize(data, options)
-    args.loaded_executable = _table.give(_table.new_executable(executable, executable))
+    args.loaded_executable = _table.give(_table.new_executable(executable, executable.plan))
 
 
 @slot("Shardings_OutputShardings", abi.ExecutableShardings)
@@ -639,8 +641,9 @@ def _copy(args: Any, device: IpuDevice) -> None:
     handle = _table.deref(args.buffer)
     source = handle.device
     array = source.client.copy(_live_array(handle), source, device)
-    args.dst_buffer = _table.give(_table.new_buffer(array, device.handle, handle.element_type,
-                                                    handle.dims, handle.nbytes))
+    args.dst_buffer = _table.give(_table.new_buffer(array, device.memory.handle,
+                                                    handle.element_type, handle.dims,
+                                                    handle.nbytes))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)
@@ -667,5 +670,19 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     (a plugin.DistributedState, or None)."""
     global _distributed_state
     _distributed_state = distributed_state
-    _table.install(dispatch, _error_for, Waiter(status_of).wait_for)
+    check_plan_type(ExecutePlan)
+    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan)
     return _table.capsule()
+
+
+def check_plan_type(plan_type: type) -> None:
+    """Refuse to start when the plan type's fields are not those the C table reads (a field
+    renamed or removed on one side only): ImportError naming the differences."""
+    declared = {f.name for f in dataclasses.fields(plan_type)}
+    read = set(_table.plan_fields())
+    if declared != read:
+        raise ImportError(
+            f"jax_ipu's C table and {plan_type.__name__} disagree: C reads "
+            f"{sorted(read - declared)} which the type lacks, and the type declares "
+            f"{sorted(declared - read)} which C does not read. Rebuild the extension (pip "
+            "install -e .) after changing either, and change both together.")

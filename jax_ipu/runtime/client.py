@@ -214,12 +214,13 @@ class IpuClient:
     def put(self, host: np.ndarray, device: IpuDevice) -> Any:
         """Host -> device: a CPU array with a copy of `host`, which may be a view of memory the
         caller reuses once this returns. Refused when the device's memory cannot hold it."""
-        if host.nbytes > device.bytes_free:
+        memory = device.memory
+        if host.nbytes > memory.bytes_free:
             raise IpuOutOfMemoryError(
                 f"Cannot transfer {host.nbytes} bytes ({host.dtype.name}{list(host.shape)}) to "
-                f"{device!r}: its tile memory holds {device.bytes_limit} bytes "
+                f"{device!r}: its tile memory holds {memory.bytes_limit} bytes "
                 f"({device.target.num_tiles} tiles x {device.target.bytes_per_tile}) and "
-                f"{device.bytes_limit - device.bytes_free} are in use. Keep the array on the "
+                f"{memory.bytes_limit - memory.bytes_free} are in use. Keep the array on the "
                 "host (or on cpu), shard it over several IPUs, or delete arrays you no longer "
                 "need.")
         start = time.perf_counter() if self.profiler else 0.0

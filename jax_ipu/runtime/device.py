@@ -1,6 +1,7 @@
 """IPU Model devices and their memories: what PJRT reports about them, and the model clock.
 
-A device's memory counters and clock are int64 arrays that the PJRT layer updates in place."""
+A memory's byte counters and a device's clock are int64 arrays that the PJRT layer updates in
+place."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from jax_ipu.model.targets import Target
 # the host (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
                 "host_to_device", "device_to_host")
-# The layout of a device's memory counters (the PJRT layer's buffers update them).
+# The layout of a memory's counters (the PJRT layer's buffers update them).
 STATS_FIELDS = ("bytes_in_use", "peak_bytes_in_use", "num_allocs", "largest_alloc_size")
 
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Bytes held on one device, in the model's sizes."""
+    """Bytes held in one memory, in the model's sizes."""
 
     bytes_in_use: int
     peak_bytes_in_use: int
@@ -33,14 +34,27 @@ class MemoryStats:
 
 
 class IpuMemory:
-    """The tile memory of one device (PJRT memory kind 'device')."""
+    """The tile memory of one device (PJRT memory kind 'device'): its bytes and their counters."""
 
     kind = "device"
 
-    def __init__(self, device: IpuDevice) -> None:
+    def __init__(self, device: IpuDevice, bytes_limit: int) -> None:
         self.device = device
         self.id = device.id
+        self.bytes_limit = bytes_limit
+        self.stats_counters = np.zeros(len(STATS_FIELDS), np.int64)
         self.handle: Any = None  # set by the PJRT layer
+
+    @property
+    def stats(self) -> MemoryStats:
+        return MemoryStats(*(int(v) for v in self.stats_counters), bytes_limit=self.bytes_limit)
+
+    def reset_peak(self) -> None:
+        self.stats_counters[1] = self.stats_counters[0]
+
+    @property
+    def bytes_free(self) -> int:
+        return self.bytes_limit - int(self.stats_counters[0])
 
     def __repr__(self) -> str:
         return f"IpuMemory(id={self.id}, kind={self.kind}, device={self.device.id})"
@@ -57,26 +71,13 @@ class IpuDevice:
         self.target = target
         self.cpu_device = cpu_device
         self.client = client  # the IpuClient that made it
-        self.memory = IpuMemory(self)
-        self.bytes_limit = target.num_tiles * target.bytes_per_tile
-        self.stats_counters = np.zeros(len(STATS_FIELDS), np.int64)
+        self.memory = IpuMemory(self, target.num_tiles * target.bytes_per_tile)
         self.clock = np.zeros(len(CLOCK_FIELDS), np.int64)
         self.handle: Any = None  # set by the PJRT layer
 
     @property
     def kind(self) -> str:
         return f"IPU Model {self.target.version}"
-
-    @property
-    def stats(self) -> MemoryStats:
-        return MemoryStats(*(int(v) for v in self.stats_counters), bytes_limit=self.bytes_limit)
-
-    def reset_peak(self) -> None:
-        self.stats_counters[1] = self.stats_counters[0]
-
-    @property
-    def bytes_free(self) -> int:
-        return self.bytes_limit - int(self.stats_counters[0])
 
     def advance(self, field: str, cycles: int) -> None:
         """Move the model clock on by `cycles` spent on `field` (one of CLOCK_FIELDS)."""

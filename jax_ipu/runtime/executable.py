@@ -1,6 +1,7 @@
 """A compiled IPU program on its devices: the model's report, its XLA:CPU numerics, and its plan.
 
-The plan (the attributes the PJRT layer reads once) says how Execute runs it; execution is C's."""
+The plan (runtime/plan.py, read once by the PJRT layer) says how Execute runs it; execution is
+C's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.profile import Profiler
 from jax_ipu.runtime.device import CLOCK_FIELDS, IpuDevice
+from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)
 
@@ -76,31 +78,13 @@ class IpuExecutable:
     def cpu_executable(self) -> Any:
         return self.compiled.cpu_executable
 
-    # ---- the plan the PJRT layer reads once (see pjrt/csrc/executable.c) ----
-    @property
-    def direct(self) -> bool:
-        """Whether run(*args) returns the outputs: one device in all (not one of several
-        processes'), outputs to watch, no tokens."""
-        return (len(self.devices) == 1 and bool(self.outputs) and not self.with_token
-                and "token" not in {t.dtype for t in (*self.program.inputs, *self.outputs)})
-
-    @functools.cached_property
-    def run(self) -> Any:
-        """How XLA:CPU runs the program: jax's own C++ dispatch over the executable (direct),
-        which makes output arrays from cached avals and shardings, else execute_sharded."""
-        if not self.direct:
-            return self.cpu_executable.execute_sharded
-        return _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
-                           self.program.inputs, self.outputs)
-
     @property
     def num_args(self) -> int:
         return len(self.program.inputs)
 
     @property
-    def donated(self) -> tuple[int, ...]:
-        """Arguments the program aliases or takes as donors: XLA:CPU consumes them."""
-        return tuple(sorted(set(self.program.aliases) | set(self.program.donated_inputs)))
+    def num_outputs(self) -> int:
+        return len(self.outputs)
 
     @property
     def output_types(self) -> tuple[int, ...]:
@@ -109,32 +93,6 @@ class IpuExecutable:
     @property
     def output_dims(self) -> tuple[tuple[int, ...], ...]:
         return tuple(o.dims for o in self.outputs)
-
-    @property
-    def output_nbytes(self) -> tuple[int, ...]:
-        return tuple(o.nbytes for o in self.outputs)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.outputs)
-
-    @property
-    def with_token(self) -> bool:
-        """Whether completion is read from XLA:CPU's token: several devices (all must finish),
-        or no outputs to watch."""
-        return len(self.addressable) > 1 or not self.outputs
-
-    @property
-    def refusal(self) -> str | None:
-        return NOT_FITTING.format(name=self.name) if self.report.memory.out_of_memory else None
-
-    @property
-    def device_handles(self) -> list[Any]:
-        return [d.handle for d in self.addressable]
-
-    @property
-    def clocks(self) -> list[np.ndarray]:
-        return [d.clock for d in self.addressable]
 
     @functools.cached_property
     def advance(self) -> np.ndarray:
@@ -148,9 +106,33 @@ class IpuExecutable:
     def cycles(self) -> int:
         return int(self.advance.sum())
 
-    @property
-    def after(self) -> Any:
-        return self._profile if self.profiler else None
+    @functools.cached_property
+    def plan(self) -> ExecutePlan:
+        """How Execute runs the program (read once by the PJRT layer, when it loads this)."""
+        # Several devices (all must finish), or no outputs to watch: completion is the token's.
+        with_token = len(self.addressable) > 1 or not self.outputs
+        # run(*args) returns the outputs: one device in all (not one of several processes').
+        direct = (len(self.devices) == 1 and not with_token
+                  and "token" not in {t.dtype for t in (*self.program.inputs, *self.outputs)})
+        # jax's own C++ dispatch over the executable (it makes output arrays from cached avals
+        # and shardings) when direct, else execute_sharded.
+        run = _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
+                          self.program.inputs, self.outputs) if direct \
+            else self.cpu_executable.execute_sharded
+        program = self.program
+        return ExecutePlan(
+            name=self.name, num_replicas=self.num_replicas, num_partitions=self.num_partitions,
+            num_args=self.num_args,
+            donated=tuple(sorted(set(program.aliases) | set(program.donated_inputs))),
+            output_types=self.output_types, output_dims=self.output_dims,
+            output_nbytes=tuple(o.nbytes for o in self.outputs),
+            devices=tuple(d.handle for d in self.addressable),
+            clocks=tuple(d.clock for d in self.addressable), advance=self.advance,
+            run=run, direct=direct, with_token=with_token,
+            assemble=self.assemble if len(self.addressable) > 1 else None,
+            after=self._profile if self.profiler else None,
+            refusal=NOT_FITTING.format(name=self.name) if self.report.memory.out_of_memory
+            else None)
 
     def _profile(self, start: float, end: float) -> None:
         for device in self.addressable:

@@ -21,8 +21,8 @@ typedef struct {
 } MemoryLayout;
 typedef struct { size_t struct_size; void *ext; void *buffer; MemoryLayout layout; } BufLayoutArgs;
 
-/* A buffer handle around `array` (a new reference is taken) on `device`; counts its bytes. */
-Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int64_t *dims,
+/* A buffer handle around `array` (a new reference is taken) in `memory`; counts its bytes. */
+Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
                    size_t ndims, size_t nbytes, PJRT_Event *event) {
   Handle *h = handle_alloc(array);
   if (h == NULL) return NULL;
@@ -34,10 +34,10 @@ Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int6
     h->dims[ndims + i] = (int64_t)(ndims - 1 - i); /* row-major: minor_to_major = n-1 .. 0 */
   }
   h->nbytes = nbytes;
-  Py_INCREF((PyObject *)device);
-  h->device_handle = device;
+  Py_INCREF((PyObject *)memory);
+  h->memory = memory;
   h->event = event ? event_ref(event) : NULL;
-  stats_alloc(device, nbytes);
+  memory_alloc(memory, nbytes);
   return h;
 }
 
@@ -45,7 +45,7 @@ Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int6
 void buffer_release(Handle *h) {
   if (h->deleted) return;
   h->deleted = 1;
-  stats_free(h->device_handle, h->nbytes);
+  memory_free(h->memory, h->nbytes);
   Py_CLEAR(h->obj);
 }
 
@@ -73,13 +73,13 @@ PJRT_Error *c_Buffer_DynamicDimensionIndices(void *args) {
 PJRT_Error *c_Buffer_Device(void *args) {
   BufPtrArgs *a = args;
   SEEN(SLOT_Buffer_Device, a);
-  a->out = TO_PJRT(BUF(a)->device_handle);
+  a->out = TO_PJRT(BUF(a)->memory->device);
   return NULL;
 }
 PJRT_Error *c_Buffer_Memory(void *args) {
   BufPtrArgs *a = args;
   SEEN(SLOT_Buffer_Memory, a);
-  a->out = BUF(a)->device_handle->memory;
+  a->out = TO_PJRT(BUF(a)->memory);
   return NULL;
 }
 PJRT_Error *c_Buffer_IsDeleted(void *args) {
@@ -130,19 +130,24 @@ PJRT_Error *c_Buffer_GetMemoryLayout(void *args) {
   return NULL;
 }
 
-
-/* new_buffer(array, device_handle, element_type, dims, nbytes): a ready buffer. */
+/* new_buffer(array, memory, element_type, dims, nbytes): a ready buffer in `memory` (a memory's
+   handle). */
 PyObject *py_new_buffer(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *array, *device, *dims_seq;
+  PyObject *array, *dims_seq;
+  Handle *memory;
   int etype;
   Py_ssize_t nbytes;
-  if (!PyArg_ParseTuple(args, "OO!iOn", &array, &HandleType, &device, &etype, &dims_seq, &nbytes))
+  if (!PyArg_ParseTuple(args, "OO!iOn", &array, &HandleType, &memory, &etype, &dims_seq, &nbytes))
     return NULL;
+  if (memory->stats == NULL) {
+    PyErr_SetString(PyExc_TypeError, "new_buffer() takes a memory's handle");
+    return NULL;
+  }
   size_t n;
   int64_t *dims = dims_from(dims_seq, &n);
   if (dims == NULL) return NULL;
-  Handle *h = buffer_new(array, (Handle *)device, etype, dims, n, (size_t)nbytes, NULL);
+  Handle *h = buffer_new(array, memory, etype, dims, n, (size_t)nbytes, NULL);
   free(dims);
   return (PyObject *)h;
 }

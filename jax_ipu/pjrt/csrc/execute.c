@@ -239,7 +239,7 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
 
   for (size_t d = 0; d < a->num_devices; d++) {
     for (size_t k = 0; k < p->num_outputs; k++) {
-      Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d],
+      Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d]->memory,
                              p->out_types[k], p->out_dims[k], p->out_ndims[k],
                              p->out_nbytes[k], event);
       if (h == NULL) { /* jaxlib ignores the outputs of a failed call: drop those made */

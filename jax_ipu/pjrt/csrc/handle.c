@@ -9,9 +9,9 @@
 typedef struct { size_t struct_size; void *ext; void *obj; } ObjArgs; /* every *_Destroy */
 
 static void handle_dealloc(Handle *self) {
-  if (self->device_handle) {
-    if (!self->deleted) stats_free(self->device_handle, self->nbytes);
-    Py_DECREF((PyObject *)self->device_handle);
+  if (self->memory) {
+    if (self->dims && !self->deleted) memory_free(self->memory, self->nbytes); /* a buffer */
+    Py_DECREF((PyObject *)self->memory);
   }
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
@@ -38,7 +38,7 @@ static PyObject *handle_get_address(Handle *self, void *closure) {
 }
 static PyObject *handle_get_device(Handle *self, void *closure) {
   (void)closure;
-  PyObject *dev = self->device_handle ? self->device_handle->obj : Py_None;
+  PyObject *dev = self->memory && self->memory->device ? self->memory->device->obj : Py_None;
   Py_INCREF(dev);
   return dev;
 }
@@ -185,34 +185,27 @@ int64_t *dims_from(PyObject *seq, size_t *n) {
   return dims;
 }
 
-/* new_handle(obj, kind=None, memory=None, stats=None): a handle for a client, device (with its
-   memory's handle and its int64 memory counters) or memory (with its kind). */
-PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs) {
+/* new_handle(obj): a handle for an object C reads nothing of (a client). */
+PyObject *py_new_handle(PyObject *self, PyObject *obj) {
   (void)self;
-  static char *names[] = {"obj", "kind", "memory", "stats", NULL};
-  PyObject *obj, *kind = NULL, *memory = NULL, *stats = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|SOO", names, &obj, &kind, &memory, &stats))
+  return (PyObject *)handle_alloc(obj);
+}
+
+/* new_device(device, memory): a device's handle, with its default memory's. */
+PyObject *py_new_device(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *obj;
+  Handle *memory;
+  if (!PyArg_ParseTuple(args, "OO!", &obj, &HandleType, &memory)) return NULL;
+  if (memory->stats == NULL) {
+    PyErr_SetString(PyExc_TypeError, "new_device() takes a memory's handle");
     return NULL;
+  }
   Handle *h = handle_alloc(obj);
   if (h == NULL) return NULL;
-  Py_XINCREF(kind);
-  h->kind = kind;
-  if (memory && memory != Py_None) {
-    if (!PyObject_TypeCheck(memory, &HandleType)) {
-      Py_DECREF(h);
-      PyErr_SetString(PyExc_TypeError, "memory must be a Handle");
-      return NULL;
-    }
-    h->memory = TO_PJRT(memory); /* memories live as long as their device */
-  }
-  if (stats && stats != Py_None) {
-    if (int64_array(stats, &h->stats, NULL) < 0) {
-      Py_DECREF(h);
-      return NULL;
-    }
-    Py_INCREF(stats);
-    h->stats_array = stats;
-  }
+  Py_INCREF((PyObject *)memory);
+  h->memory = memory;
+  memory->device = h;
   return (PyObject *)h;
 }
 

@@ -1,5 +1,5 @@
-/* PJRT memories: a device's memory kind, and the counters of the bytes its buffers hold (an int64
- * array the runtime device owns and reads for memory_stats()). */
+/* PJRT memories: their kind, and the counters of the bytes their buffers hold (int64 arrays the
+ * runtime's memory owns and reads for memory_stats()), against the bytes the memory holds. */
 #include "pjrt.h"
 
 typedef struct {
@@ -7,16 +7,40 @@ typedef struct {
 } MemoryKindArgs;
 typedef struct { size_t struct_size; void *ext; void *memory; int kind_id; } MemoryKindIdArgs;
 
-void stats_free(Handle *device, size_t nbytes) {
-  if (device && device->stats) device->stats[STAT_IN_USE] -= (int64_t)nbytes;
+void memory_free(Handle *memory, size_t nbytes) {
+  memory->stats[STAT_IN_USE] -= (int64_t)nbytes;
 }
-void stats_alloc(Handle *device, size_t nbytes) {
-  if (device == NULL || device->stats == NULL) return;
-  int64_t *s = device->stats, n = (int64_t)nbytes;
+void memory_alloc(Handle *memory, size_t nbytes) {
+  int64_t *s = memory->stats, n = (int64_t)nbytes;
   s[STAT_IN_USE] += n;
   s[STAT_ALLOCS] += 1;
   if (s[STAT_IN_USE] > s[STAT_PEAK]) s[STAT_PEAK] = s[STAT_IN_USE];
   if (n > s[STAT_LARGEST]) s[STAT_LARGEST] = n;
+}
+
+/* new_memory(memory, kind, stats, limit): a memory's handle; `stats` are its int64 counters
+   (STAT_*), `limit` the bytes it holds. */
+PyObject *py_new_memory(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *obj, *kind, *stats;
+  long long limit;
+  if (!PyArg_ParseTuple(args, "OSOL", &obj, &kind, &stats, &limit)) return NULL;
+  int64_t *counters;
+  size_t n;
+  if (int64_array(stats, &counters, &n) < 0) return NULL;
+  if (n < STAT_LARGEST + 1) {
+    PyErr_SetString(PyExc_ValueError, "a memory's counters are too few");
+    return NULL;
+  }
+  Handle *h = handle_alloc(obj);
+  if (h == NULL) return NULL;
+  Py_INCREF(kind);
+  h->kind = kind;
+  Py_INCREF(stats);
+  h->stats_array = stats;
+  h->stats = counters;
+  h->limit = limit;
+  return (PyObject *)h;
 }
 
 PJRT_Error *c_Memory_Kind(void *args) {

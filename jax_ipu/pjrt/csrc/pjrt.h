@@ -121,22 +121,23 @@ typedef struct Handle {
   void *vtable;   /* always NULL; jaxlib's pointer to the handle points here */
   PyObject *obj;  /* the runtime object; of a buffer, its CPU array (NULL once deleted) */
   int deleted;    /* a buffer or executable jax deleted (or a donated buffer) */
+  /* of a buffer: the memory holding it; of a device: its default memory (owned references:
+     memories outlive their buffers) */
+  struct Handle *memory;
   /* buffers */
   int element_type;
   int64_t *dims;  /* ndims entries, then ndims entries of minor_to_major */
   size_t ndims;
   size_t nbytes;
-  struct Handle *device_handle; /* of a buffer: its device's handle (devices outlive buffers) */
-  PJRT_Event *event;            /* of a buffer: NULL when ready at creation */
-  /* devices */
-  PyObject *stats_array;  /* int64[4] memory counters (STAT_*), owned by the runtime device */
-  int64_t *stats;
-  void *memory;           /* PJRT pointer of the device's memory */
-  /* executables */
-  size_t num_replicas, num_partitions, num_outputs;
-  Plan *plan;
+  PJRT_Event *event;      /* NULL when ready at creation */
   /* memories */
+  struct Handle *device;  /* its device (borrowed: a device and its memories live together) */
   PyObject *kind;         /* memory kind (bytes) */
+  PyObject *stats_array;  /* int64 counters (STAT_*) of its buffers' bytes, owned by the runtime */
+  int64_t *stats;
+  int64_t limit;          /* bytes it holds */
+  /* executables */
+  Plan *plan;
 } Handle;
 
 #define TO_PJRT(h) ((void *)&((Handle *)(h))->vtable)
@@ -149,24 +150,25 @@ void drain_queue(void);
 int int64_array(PyObject *array, int64_t **data, size_t *n);
 int64_t *dims_from(PyObject *seq, size_t *n);
 
-/* ---- memories (memory.c): a device's memory counters ---- */
-void stats_alloc(Handle *device, size_t nbytes);
-void stats_free(Handle *device, size_t nbytes);
+/* ---- memories (memory.c): the bytes their buffers hold ---- */
+void memory_alloc(Handle *memory, size_t nbytes);
+void memory_free(Handle *memory, size_t nbytes);
 
 /* ---- buffers (buffer.c) ---- */
-Handle *buffer_new(PyObject *array, Handle *device, int element_type, const int64_t *dims,
+Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
                    size_t ndims, size_t nbytes, PJRT_Event *event);
 void buffer_release(Handle *h);
 
-/* ---- executables (executable.c): how one runs, read once from its Python plan ---- */
+/* ---- executables (executable.c): how one runs, read once from its ExecutePlan ---- */
 struct Plan {
-  PyObject *run;       /* XLA:CPU executable's execute_sharded */
+  PyObject *name;      /* str */
+  size_t num_replicas, num_partitions;
+  PyObject *run;       /* direct: run(*args) -> outputs; else XLA:CPU's execute_sharded */
   PyObject *assemble;  /* per-device arrays -> one multi-device array per argument, or NULL */
   PyObject *after;     /* profiler hook after(start_s, end_s), or NULL */
   PyObject *refusal;   /* str: why nothing may run this program, or NULL */
-  PyObject *name;      /* str */
   int with_token;
-  int direct;          /* run(*args) returns the outputs (one device), else execute_sharded */
+  int direct;
   size_t num_devices, num_args, num_outputs, num_clock;
   unsigned char *donated;         /* per argument */
   int *out_types;
@@ -179,6 +181,8 @@ struct Plan {
   PyObject *advance_array;
 };
 void plan_free(Plan *p);
+int plan_install(PyObject *type);
+PyObject *plan_fields(void);
 
 /* ---- execute (execute.c) ---- */
 int execute_init(void);
@@ -219,7 +223,9 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args);
 /* ---- functions of the Python module, by file ---- */
 PyObject *py_make_error(PyObject *self, PyObject *args);
 PyObject *py_resolve(PyObject *self, PyObject *args);
-PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *py_new_handle(PyObject *self, PyObject *obj);
+PyObject *py_new_device(PyObject *self, PyObject *args);
+PyObject *py_new_memory(PyObject *self, PyObject *args);
 PyObject *py_give(PyObject *self, PyObject *h);
 PyObject *py_deref(PyObject *self, PyObject *addr);
 PyObject *py_drain(PyObject *self, PyObject *unused);
