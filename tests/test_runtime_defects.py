@@ -1,5 +1,5 @@
-"""Defects the runtime review found, each pinned: callback leaks, Ctrl-C, bad JAX_IPU_* values,
-reusing a donated array, and device_put beyond the device's memory."""
+"""Defects the runtime reviews found, each pinned: callback leaks, Ctrl-C, bad JAX_IPU_* values,
+reusing a donated array, device memory limits, and error codes written twice."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 import weakref
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_ipu.pjrt import abi, slots
 from tests._subprocess import run_python
 
 
@@ -162,3 +164,42 @@ def test_arguments_donated_to_a_failed_call_are_reported_deleted(platform):
         step(w)
     with pytest.raises(RuntimeError, match="deleted"):
         np.asarray(w + 1)
+
+
+# What XLA:CPU says when a buffer another thread donated reaches its Execute; jaxlib raises it as a
+# ValueError (from jax's dispatch) or a JaxRuntimeError, with the code in front.
+DONATED_ELSEWHERE = ("INVALID_ARGUMENT: Invalid buffer passed to Execute() as argument 0 to "
+                     "replica 0: INVALID_ARGUMENT: Buffer has been deleted or donated.")
+
+
+@pytest.mark.parametrize("error", [ValueError, jax.errors.JaxRuntimeError])
+def test_a_jaxlib_error_becomes_one_code_and_its_message(error):
+    code, message = slots.status_of(error(DONATED_ELSEWHERE))
+    assert code == abi.CODE["INVALID_ARGUMENT"]
+    assert message == DONATED_ELSEWHERE.removeprefix("INVALID_ARGUMENT: ")
+
+
+def test_an_array_donated_by_another_thread_reads_one_code():
+    ipu = jax.devices("ipu")[0]
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    use = jax.jit(lambda a: a + 1)
+    shared = [jax.device_put(np.ones(1 << 14, np.float32), ipu)]
+    errors, done = [], threading.Event()
+
+    def reader():
+        while not done.is_set():
+            try:
+                use(shared[0]).block_until_ready()
+            except ValueError as e:  # the array was donated before or during this call
+                errors.append(str(e))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(500):
+        shared[0] = jax.device_put(np.ones(1 << 14, np.float32), ipu)
+        donate(shared[0])
+    done.set()
+    thread.join()
+    assert errors  # the reader met donated arrays
+    assert all(e.startswith("INVALID_ARGUMENT: ") for e in errors)
+    assert not [e for e in errors if e.startswith("INVALID_ARGUMENT: INVALID_ARGUMENT")]

@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from jax.errors import JaxRuntimeError
 
 from jax_ipu import _internals, dtypes
-from jax_ipu.errors import IpuCompileError, IpuConfigError, IpuError, IpuOutOfMemoryError
+from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
@@ -52,19 +51,23 @@ def _error(code: str, message: str) -> int:
 
 
 def status_of(exc: BaseException) -> tuple[int, str]:
-    """The PJRT error code and message a Python exception becomes."""
+    """The PJRT error code and message a Python exception becomes.
+
+    jaxlib's own errors (XLA:CPU's statuses, raised as JaxRuntimeError, ValueError and others)
+    start with their code, "INVALID_ARGUMENT: ...": the code is kept and the prefix dropped, as
+    jaxlib writes the code again in front of the message it raises."""
     if isinstance(exc, IpuOutOfMemoryError):
         return abi.CODE["RESOURCE_EXHAUSTED"], str(exc)
-    if isinstance(exc, (IpuCompileError, IpuConfigError, ValueError, TypeError)):
+    if not isinstance(exc, IpuError):
+        code, separator, message = str(exc).partition(": ")
+        if separator and code in abi.CODE:
+            return abi.CODE[code], message
+    if isinstance(exc, (IpuCompileError, ValueError, TypeError)):
         return abi.CODE["INVALID_ARGUMENT"], str(exc)
     if isinstance(exc, NotImplementedError):
         return abi.CODE["UNIMPLEMENTED"], str(exc)
     if isinstance(exc, IpuError):
         return abi.CODE["FAILED_PRECONDITION"], str(exc)
-    if isinstance(exc, JaxRuntimeError):  # from the XLA:CPU numerics: keep its code and words
-        code, _, message = str(exc).partition(": ")
-        if code in abi.CODE:
-            return abi.CODE[code], message
     logger.error("jax_ipu: internal error", exc_info=exc)
     return abi.CODE["INTERNAL"], f"jax_ipu internal error: {type(exc).__name__}: {exc}"
 
