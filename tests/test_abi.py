@@ -22,6 +22,7 @@ C_SERVED = {
     "PJRT_Buffer_ElementType": abi.BufferElementType,
     "PJRT_Buffer_Dimensions": abi.BufferDimensions,
     "PJRT_Buffer_GetMemoryLayout": abi.BufferGetMemoryLayout,
+    "PJRT_Buffer_ToHostBuffer": abi.BufferToHost,
     "PJRT_Buffer_IsDeleted": abi.LoadedBool,
     "PJRT_Buffer_ReadyEvent": abi.DevicePtr,
     "PJRT_Buffer_Device": abi.DevicePtr,

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_ipu import dtypes
 from jax_ipu.pjrt import abi, slots
 from tests._subprocess import run_python
 
@@ -72,6 +73,46 @@ def test_ctrl_c_reaches_the_user_as_keyboard_interrupt():
         proc.kill()
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err.splitlines()[-1]
+
+
+CTRL_C_READ = """
+    import sys, time, jax, jax.numpy as jnp, numpy as np
+    device = jax.devices(sys.argv[1])[0]
+    step = lambda i, a: jnp.tanh(a @ a * 0.01 + 0.5)
+    f = jax.jit(lambda a, n: jax.lax.fori_loop(0, n, step, a))
+    x = jax.device_put(np.eye(256, dtype=np.float32), device)
+    f(x, 1).block_until_ready()
+    y = f(x, 20000)  # seconds of work, dispatched asynchronously
+    print("waiting", flush=True)
+    try:
+        np.asarray(y)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+    except Exception as e:
+        print("swallowed", type(e).__name__, e)
+    print(np.asarray(y).sum(dtype=np.float64), flush=True)
+"""
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_ctrl_c_while_reading_a_pending_result_is_keyboard_interrupt(platform):
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CTRL_C_READ), platform],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(1)  # np.asarray waits for the loop
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    caught, total = out.splitlines()
+    assert caught == "KeyboardInterrupt"  # not a JaxRuntimeError, not lost
+    fixed_point = 1.0  # every element of the loop's result: t = tanh(256 * 0.01 * t * t + 0.5)
+    for _ in range(100):
+        fixed_point = np.tanh(2.56 * fixed_point**2 + 0.5)
+    assert float(total) == pytest.approx(256 * 256 * fixed_point, rel=1e-5)  # still readable
 
 
 @pytest.mark.parametrize("variable,value", [
@@ -203,3 +244,30 @@ def test_an_array_donated_by_another_thread_reads_one_code():
     assert errors  # the reader met donated arrays
     assert all(e.startswith("INVALID_ARGUMENT: ") for e in errors)
     assert not [e for e in errors if e.startswith("INVALID_ARGUMENT: INVALID_ARGUMENT")]
+
+
+@pytest.mark.parametrize("name", [d.name for d in dtypes.TABLE if d.name != "token"])
+def test_every_dtype_reads_back_as_on_cpu(name):
+    # The IPU Model's memory is host memory, read in place; sub-byte types, which XLA:CPU packs
+    # two or four to a byte, are unpacked on the way.
+    dtype = dtypes.numpy_dtype(name)
+    values = np.arange(-3, 12).reshape(3, 5) % 4 if name.startswith("u") or name == "bool" \
+        else np.arange(-3, 12).reshape(3, 5) % 7 - 3
+    host = values.astype(dtype)
+    on_ipu = np.asarray(jax.device_put(host, jax.devices("ipu")[0]))
+    on_cpu = np.asarray(jax.device_put(host, jax.devices("cpu")[0]))
+    assert on_ipu.dtype == on_cpu.dtype and on_ipu.shape == on_cpu.shape
+    assert on_ipu.tobytes() == on_cpu.tobytes()
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_a_numpy_view_outlives_donation_and_delete(platform):
+    device = jax.devices(platform)[0]
+    x = jax.device_put(np.arange(4, dtype=np.float32), device) + 0
+    view = np.asarray(x)
+    assert not view.flags.writeable
+    out = jax.jit(lambda a: a * 10, donate_argnums=0)(x)  # x is read in place: donated a copy
+    np.testing.assert_array_equal(np.asarray(out), [0, 10, 20, 30])
+    assert not x.is_deleted()
+    x.delete()
+    np.testing.assert_array_equal(view, [0, 1, 2, 3])

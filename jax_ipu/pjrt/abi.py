@@ -206,7 +206,6 @@ BufferLayoutTiled = _struct(
     "PJRT_Buffer_MemoryLayout_Tiled",
     "minor_to_major:ptr minor_to_major_size:size tile_dims:ptr tile_dim_sizes:ptr num_tiles:size",
 )
-LAYOUT_TILED = 0
 
 
 class _LayoutUnion(ctypes.Union):

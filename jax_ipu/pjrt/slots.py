@@ -16,6 +16,7 @@ import numpy as np
 
 from jax_ipu import _internals, dtypes
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
+from jax_ipu.model import TO_HOST
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
@@ -186,7 +187,8 @@ def client_create(args: Any) -> None:
         memory = device.memory
         memory.handle = _table.new_memory(memory, memory.kind.encode(), memory.stats_counters,
                                           memory.bytes_limit)
-        device.handle = _table.new_device(device, memory.handle)
+        device.handle = _table.new_device(device, memory.handle, device.clock,
+                                          client.fetched(device))
     client.handle = _table.new_handle(client)
     args.client = _table.give(client.handle)
 
@@ -282,7 +284,8 @@ def client_buffer_from_host(args: Any) -> None:
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
     array = client.put(host, device)
     args.buffer = _table.give(_table.new_buffer(array, device.memory.handle, args.type, dims,
-                                                host.nbytes))
+                                                host.nbytes,
+                                                device.transfer_advance(host.nbytes, TO_HOST)))
     args.done_with_host_buffer = _table.READY_EVENT
 
 
@@ -603,35 +606,11 @@ def loaded_device_assignment(args: Any) -> None:
     args.serialized, args.deleter = 0, _table.NOOP_DELETER
 
 
-# ---- buffers (their state is the C handle's; deletion and metadata are served in C) ----
+# ---- buffers (their state is the C handle's; deletion, metadata and reads are served in C) ----
 def _live_array(handle: Any) -> Any:
     if handle.deleted:
         raise ValueError("Array has been deleted (it was donated to a call, or deleted).")
     return handle.obj
-
-
-@slot("Buffer_ToHostBuffer", abi.BufferToHost)
-def buffer_to_host(args: Any) -> None:
-    handle = _table.deref(args.src)
-    if args.host_layout:
-        layout = abi.BufferMemoryLayout.from_address(args.host_layout)
-        tiled = layout.layout.tiled
-        order = list((ctypes.c_int64 * tiled.minor_to_major_size).from_address(
-            tiled.minor_to_major)) if tiled.minor_to_major_size else []
-        if layout.type != abi.LAYOUT_TILED or order != list(range(len(handle.dims)))[::-1]:
-            raise NotImplementedError("jax_ipu copies to the host in row-major layout only.")
-    if not args.dst:
-        args.dst_size = handle.nbytes
-        return
-    if args.dst_size < handle.nbytes:
-        raise ValueError(f"host buffer of {args.dst_size} bytes is too small for "
-                         f"{handle.nbytes} bytes")
-    array = _live_array(handle)
-    device = handle.device
-    out = np.frombuffer(_table.memory(args.dst, handle.nbytes, True), np.dtype(array.dtype)
-                        ).reshape(array.shape)
-    device.client.fetch(array, device, out)
-    args.event = _table.READY_EVENT
 
 
 @slot("Buffer_UnsafePointer", abi.BufferUnsafePointer)
@@ -644,9 +623,9 @@ def _copy(args: Any, device: IpuDevice) -> None:
     handle = _table.deref(args.buffer)
     source = handle.device
     array = source.client.copy(_live_array(handle), source, device)
-    args.dst_buffer = _table.give(_table.new_buffer(array, device.memory.handle,
-                                                    handle.element_type, handle.dims,
-                                                    handle.nbytes))
+    args.dst_buffer = _table.give(_table.new_buffer(
+        array, device.memory.handle, handle.element_type, handle.dims, handle.nbytes,
+        device.transfer_advance(handle.nbytes, TO_HOST)))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)
@@ -674,7 +653,8 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     global _distributed_state
     _distributed_state = distributed_state
     check_plan_type(ExecutePlan)
-    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan)
+    sub_byte = [d.pjrt for d in dtypes.TABLE if 0 < d.bits < 8]
+    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte)
     return _table.capsule()
 
 

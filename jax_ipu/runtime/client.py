@@ -18,7 +18,7 @@ import numpy as np
 
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
-from jax_ipu.model import TO_DEVICE, TO_HOST, host_transfer
+from jax_ipu.model import TO_DEVICE, TO_HOST
 from jax_ipu.model.targets import Target, get_target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
@@ -229,39 +229,36 @@ class IpuClient:
         array = _internals.batched_device_put(
             aval, self._shardings[device.id], [host], [device.cpu_device], True, True,
             _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-        cycles = _charge(device, host.nbytes, TO_DEVICE)
+        cycles = device.charge(device.transfer_advance(host.nbytes, TO_DEVICE))
         if self.profiler:
             self.profiler.transferred("host_to_device", host.nbytes, device, start,
                                       time.perf_counter(), cycles)
         return array
 
-    def fetch(self, array: Any, device: IpuDevice, out: np.ndarray) -> None:
-        """Device -> host: write the values of `array` (a CPU array of `device`) into `out`."""
-        start = time.perf_counter() if self.profiler else 0.0
-        np.copyto(out, np.asarray(array), casting="no")
-        cycles = _charge(device, out.nbytes, TO_HOST)
-        if self.profiler:
-            self.profiler.transferred("device_to_host", out.nbytes, device, start,
-                                      time.perf_counter(), cycles)
+    def fetched(self, device: IpuDevice) -> Any:
+        """What the PJRT layer calls after it read a buffer of `device` back to the host (it
+        charges the device's clock itself): fetched(nbytes, start_s, end_s, cycles), or None
+        when nothing is profiled."""
+        if not self.profiler:
+            return None
+        profiler = self.profiler
+
+        def fetched(nbytes: int, start: float, end: float, cycles: int) -> None:
+            profiler.transferred("device_to_host", nbytes, device, start, end, cycles)
+
+        return fetched
 
     def copy(self, array: Any, source: IpuDevice, device: IpuDevice) -> Any:
         """Device -> device (over IPU-Links on hardware; through the host in this model)."""
-        host = np.empty(array.shape, array.dtype)
-        self.fetch(array, source, host)
+        start = time.perf_counter() if self.profiler else 0.0
+        host = np.asarray(array)
+        cycles = source.charge(source.transfer_advance(host.nbytes, TO_HOST))
+        if self.profiler:
+            self.profiler.transferred("device_to_host", host.nbytes, source, start,
+                                      time.perf_counter(), cycles)
         return self.put(host, device)
 
 
 @functools.lru_cache(maxsize=1024)
 def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return jax.core.ShapedArray(shape, dtype)
-
-
-_LINK_FIELD = {TO_DEVICE: "host_to_device", TO_HOST: "device_to_host"}
-
-
-def _charge(device: IpuDevice, nbytes: int, direction: str) -> int:
-    """Advance the model clock by one stream copy between host and device; its cycles."""
-    transfer = host_transfer(nbytes, device.target, direction)
-    device.advance("stream_setup", transfer.setup_cycles)
-    device.advance(_LINK_FIELD[direction], transfer.link_cycles)
-    return transfer.total

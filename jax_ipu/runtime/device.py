@@ -5,11 +5,13 @@ place."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from jax_ipu.model import TO_DEVICE, TO_HOST, host_transfer
 from jax_ipu.model.targets import Target
 
 # What the model clock counts, in cycles of the device's target clock: the programs' own phases
@@ -18,6 +20,8 @@ from jax_ipu.model.targets import Target
 # the host (stream_setup: a stream copy's fixed handshakes; the links: its bytes).
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
                 "host_to_device", "device_to_host")
+# The clock field of each direction's bytes over the host link.
+_LINK_FIELD = {TO_DEVICE: "host_to_device", TO_HOST: "device_to_host"}
 # The layout of a memory's counters (the PJRT layer's buffers update them).
 STATS_FIELDS = ("bytes_in_use", "peak_bytes_in_use", "num_allocs", "largest_alloc_size")
 
@@ -83,6 +87,16 @@ class IpuDevice:
         """Move the model clock on by `cycles` spent on `field` (one of CLOCK_FIELDS)."""
         self.clock[CLOCK_FIELDS.index(field)] += cycles
 
+    def transfer_advance(self, nbytes: int, direction: str) -> np.ndarray:
+        """What one stream copy of `nbytes` in `direction` (model.TO_DEVICE or TO_HOST) adds
+        to this device's clock, by CLOCK_FIELDS (read-only)."""
+        return _transfer_advance(self.target, nbytes, direction)
+
+    def charge(self, advance: np.ndarray) -> int:
+        """Move the clock on by `advance` (by CLOCK_FIELDS); the cycles it adds."""
+        self.clock += advance
+        return int(advance.sum())
+
     @property
     def cycles(self) -> int:
         return int(self.clock.sum())
@@ -108,3 +122,13 @@ class IpuDevice:
     def __repr__(self) -> str:
         target = self.target
         return f"IpuDevice(id={self.id}, num_tiles={target.num_tiles}, version={target.version})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _transfer_advance(target: Target, nbytes: int, direction: str) -> np.ndarray:
+    transfer = host_transfer(nbytes, target, direction)
+    advance = np.zeros(len(CLOCK_FIELDS), np.int64)
+    advance[CLOCK_FIELDS.index("stream_setup")] = transfer.setup_cycles
+    advance[CLOCK_FIELDS.index(_LINK_FIELD[direction])] = transfer.link_cycles
+    advance.flags.writeable = False  # shared by every buffer of this size
+    return advance

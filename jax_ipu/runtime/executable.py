@@ -19,6 +19,7 @@ from jax.extend.mlir import hlo_to_stablehlo
 from jax_ipu import _internals
 from jax_ipu.compiler import Compiled
 from jax_ipu.dtypes import element_type, numpy_dtype
+from jax_ipu.model import TO_HOST
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.profile import Profiler
@@ -126,6 +127,8 @@ class IpuExecutable:
             donated=tuple(sorted(set(program.aliases) | set(program.donated_inputs))),
             output_types=self.output_types, output_dims=self.output_dims,
             output_nbytes=tuple(o.nbytes for o in self.outputs),
+            output_read_advance=tuple(self.addressable[0].transfer_advance(o.nbytes, TO_HOST)
+                                      for o in self.outputs),
             devices=tuple(d.handle for d in self.addressable),
             clocks=tuple(d.clock for d in self.addressable), advance=self.advance,
             run=run, direct=direct, with_token=with_token,

@@ -24,6 +24,7 @@ class ExecutePlan:
     output_types: tuple[int, ...]  # per output: its PJRT element type
     output_dims: tuple[tuple[int, ...], ...]
     output_nbytes: tuple[int, ...]  # per output: bytes it holds on its device
+    output_read_advance: tuple[np.ndarray, ...]  # per output: what reading it back adds to a clock
     devices: tuple[Any, ...]  # the PJRT handles of the devices this process runs, in order
     clocks: tuple[np.ndarray, ...]  # per device: its model clock (int64, device.CLOCK_FIELDS)
     advance: np.ndarray  # what one execution adds to each of those clocks (int64)

@@ -16,6 +16,9 @@ void plan_free(Plan *p) {
     if (p->clock_arrays) Py_XDECREF(p->clock_arrays[d]);
   }
   for (size_t k = 0; k < p->num_outputs && p->out_dims; k++) free(p->out_dims[k]);
+  for (size_t k = 0; k < p->num_outputs && p->out_read_advance; k++)
+    Py_XDECREF(p->out_read_advance[k]);
+  free(p->out_read_advance);
   free(p->donated); free(p->out_types); free(p->out_dims); free(p->out_ndims);
   free(p->out_nbytes); free(p->devices); free(p->clock_arrays); free(p->clocks);
   free(p);
@@ -25,8 +28,8 @@ void plan_free(Plan *p) {
    an executable is loaded. The plugin checks this list against the type when it starts. */
 #define PLAN_FIELDS(X) \
   X(name) X(num_replicas) X(num_partitions) X(num_args) X(donated) X(output_types) \
-  X(output_dims) X(output_nbytes) X(devices) X(clocks) X(advance) X(run) X(direct) \
-  X(with_token) X(assemble) X(after) X(refusal)
+  X(output_dims) X(output_nbytes) X(output_read_advance) X(devices) X(clocks) X(advance) X(run) \
+  X(direct) X(with_token) X(assemble) X(after) X(refusal)
 #define FIELD_ENUM(name) F_##name,
 enum { PLAN_FIELDS(FIELD_ENUM) NUM_PLAN_FIELDS };
 #define FIELD_NAME(name) #name,
@@ -87,7 +90,8 @@ static Plan *plan_from(PyObject *py) {
   p->num_devices = (size_t)num_dev;
   if (p->num_devices == 0 || (p->num_devices > 1 && p->assemble == NULL) ||
       PyObject_Length(v[F_clocks]) != num_dev || PyObject_Length(v[F_output_dims]) != num_out ||
-      PyObject_Length(v[F_output_nbytes]) != num_out) {
+      PyObject_Length(v[F_output_nbytes]) != num_out ||
+      PyObject_Length(v[F_output_read_advance]) != num_out) {
     PyErr_SetString(PyExc_ValueError, "a plan needs devices, their clocks, dims and bytes of "
                     "every output, and assemble() for several devices");
     goto fail;
@@ -109,7 +113,12 @@ static Plan *plan_from(PyObject *py) {
   p->out_dims = calloc(p->num_outputs + 1, sizeof(int64_t *));
   p->out_ndims = calloc(p->num_outputs + 1, sizeof(size_t));
   p->out_nbytes = calloc(p->num_outputs + 1, sizeof(size_t));
+  p->out_read_advance = calloc(p->num_outputs + 1, sizeof(PyObject *));
   for (size_t k = 0; k < p->num_outputs; k++) {
+    const int64_t *unused;
+    p->out_read_advance[k] = PySequence_GetItem(v[F_output_read_advance], (Py_ssize_t)k);
+    if (p->out_read_advance[k] == NULL || int64_view(p->out_read_advance[k], &unused, NULL) < 0)
+      goto fail;
     PyObject *t = PySequence_GetItem(v[F_output_types], (Py_ssize_t)k);
     PyObject *s = PySequence_GetItem(v[F_output_dims], (Py_ssize_t)k);
     PyObject *b = PySequence_GetItem(v[F_output_nbytes], (Py_ssize_t)k);

@@ -153,7 +153,7 @@ static PyObject *output_array(PyObject *outputs, size_t k, size_t d, int direct)
                 : PyList_GET_ITEM(PyList_GET_ITEM(outputs, (Py_ssize_t)k), (Py_ssize_t)d);
 }
 
-static double monotonic_s(void) {
+double monotonic_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts); /* what time.perf_counter reads on Linux */
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -204,6 +204,9 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
       int64_t k = a->options->non_donatable_input_indices[i];
       if (k >= 0 && (size_t)k < a->num_args) keep[k] = 1;
     }
+  for (size_t i = 0; i < a->num_args; i++) /* read in place by the host: donate a copy */
+    for (size_t d = 0; d < a->num_devices && !keep[i]; d++)
+      if (FROM_PJRT(a->argument_lists[d][i])->external_refs) keep[i] = 1;
   if ((cpu_args = cpu_arguments(p, a, keep)) == NULL) goto python_error;
 
   if (p->direct) { /* one device: run(*args) -> the outputs, by jax's own dispatch */
@@ -241,7 +244,7 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
     for (size_t k = 0; k < p->num_outputs; k++) {
       Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d]->memory,
                              p->out_types[k], p->out_dims[k], p->out_ndims[k],
-                             p->out_nbytes[k], event);
+                             p->out_nbytes[k], event, p->out_read_advance[k]);
       if (h == NULL) { /* jaxlib ignores the outputs of a failed call: drop those made */
         for (size_t e = 0; e <= d; e++)
           for (size_t j = 0; j < (e < d ? p->num_outputs : k); j++)

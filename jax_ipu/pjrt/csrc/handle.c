@@ -16,6 +16,10 @@ static void handle_dealloc(Handle *self) {
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
   Py_XDECREF(self->stats_array);
+  Py_XDECREF(self->read_advance);
+  Py_XDECREF(self->external);
+  Py_XDECREF(self->clock_array);
+  Py_XDECREF(self->on_read);
   event_unref(self->event);
   plan_free(self->plan);
   free(self->dims);
@@ -155,19 +159,26 @@ PJRT_Error *c_release(void *args) {
 }
 
 /* ---- the runtime's values, read into handles ---- */
-int int64_array(PyObject *array, int64_t **data, size_t *n) {
+static int int64_buffer(PyObject *array, int flags, int64_t **data, size_t *n) {
   Py_buffer view;
-  if (PyObject_GetBuffer(array, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-    return -1;
+  if (PyObject_GetBuffer(array, &view, flags | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
   int ok = view.itemsize == 8 && view.format && (view.format[0] == 'q' || view.format[0] == 'l');
   *data = view.buf; /* the owner keeps the memory: the runtime's arrays are never resized */
   if (n) *n = (size_t)(view.len / 8);
   PyBuffer_Release(&view);
   if (!ok) {
-    PyErr_SetString(PyExc_TypeError, "expected a writable C-contiguous int64 array");
+    PyErr_SetString(PyExc_TypeError, "expected a C-contiguous int64 array");
     return -1;
   }
   return 0;
+}
+/* The data of a writable int64 array the runtime owns (counters, clocks). */
+int int64_array(PyObject *array, int64_t **data, size_t *n) {
+  return int64_buffer(array, PyBUF_WRITABLE, data, n);
+}
+/* The data of an int64 array C only reads. */
+int int64_view(PyObject *array, const int64_t **data, size_t *n) {
+  return int64_buffer(array, 0, (int64_t **)data, n);
 }
 
 int64_t *dims_from(PyObject *seq, size_t *n) {
@@ -191,21 +202,33 @@ PyObject *py_new_handle(PyObject *self, PyObject *obj) {
   return (PyObject *)handle_alloc(obj);
 }
 
-/* new_device(device, memory): a device's handle, with its default memory's. */
+/* new_device(device, memory, clock, on_read): a device's handle, with its default memory's, its
+   model clock (int64) and the hook reads call (None: none). */
 PyObject *py_new_device(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *obj;
+  PyObject *obj, *clock, *on_read;
   Handle *memory;
-  if (!PyArg_ParseTuple(args, "OO!", &obj, &HandleType, &memory)) return NULL;
+  if (!PyArg_ParseTuple(args, "OO!OO", &obj, &HandleType, &memory, &clock, &on_read)) return NULL;
   if (memory->stats == NULL) {
     PyErr_SetString(PyExc_TypeError, "new_device() takes a memory's handle");
     return NULL;
   }
+  int64_t *data;
+  size_t n;
+  if (int64_array(clock, &data, &n) < 0) return NULL;
   Handle *h = handle_alloc(obj);
   if (h == NULL) return NULL;
   Py_INCREF((PyObject *)memory);
   h->memory = memory;
   memory->device = h;
+  Py_INCREF(clock);
+  h->clock_array = clock;
+  h->clock = data;
+  h->num_clock = n;
+  if (on_read != Py_None) {
+    Py_INCREF(on_read);
+    h->on_read = on_read;
+  }
   return (PyObject *)h;
 }
 

@@ -111,6 +111,7 @@ void event_unref(PJRT_Event *e);
 PJRT_Error *event_error(PJRT_Event *e);
 void event_resolve(PJRT_Event *e, int code, const char *msg, size_t len);
 int event_is_ready(PJRT_Event *e);
+void event_wait(PJRT_Event *e);
 
 /* ---- handles (handle.c): every PJRT object jaxlib holds is one of these Python objects ---- */
 enum { STAT_IN_USE, STAT_PEAK, STAT_ALLOCS, STAT_LARGEST };
@@ -130,6 +131,16 @@ typedef struct Handle {
   size_t ndims;
   size_t nbytes;
   PJRT_Event *event;      /* NULL when ready at creation */
+  PyObject *read_advance; /* int64 array: what reading it back adds to its device's clock */
+  const int64_t *read_cycles;
+  size_t num_read;
+  size_t external_refs;   /* the host reading it in place (NumPy views, DLPack) */
+  PyObject *external;     /* its CPU array while external references exist */
+  /* devices */
+  PyObject *clock_array;  /* int64 model clock (the runtime device's) */
+  int64_t *clock;
+  size_t num_clock;
+  PyObject *on_read;      /* on_read(nbytes, start_s, end_s, cycles) after a read, or NULL */
   /* memories */
   struct Handle *device;  /* its device (borrowed: a device and its memories live together) */
   PyObject *kind;         /* memory kind (bytes) */
@@ -148,6 +159,7 @@ Handle *handle_alloc(PyObject *obj);
 void enqueue_release(PyObject *obj);
 void drain_queue(void);
 int int64_array(PyObject *array, int64_t **data, size_t *n);
+int int64_view(PyObject *array, const int64_t **data, size_t *n);
 int64_t *dims_from(PyObject *seq, size_t *n);
 
 /* ---- memories (memory.c): the bytes their buffers hold ---- */
@@ -155,8 +167,10 @@ void memory_alloc(Handle *memory, size_t nbytes);
 void memory_free(Handle *memory, size_t nbytes);
 
 /* ---- buffers (buffer.c) ---- */
+int buffer_init(void);
+int buffer_install(PyObject *sub_byte_types);
 Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
-                   size_t ndims, size_t nbytes, PJRT_Event *event);
+                   size_t ndims, size_t nbytes, PJRT_Event *event, PyObject *read_advance);
 void buffer_release(Handle *h);
 
 /* ---- executables (executable.c): how one runs, read once from its ExecutePlan ---- */
@@ -174,6 +188,7 @@ struct Plan {
   int *out_types;
   int64_t **out_dims;
   size_t *out_ndims, *out_nbytes;
+  PyObject **out_read_advance;    /* per output: int64 array, what reading it back costs */
   Handle **devices;               /* addressable devices, in execution order */
   PyObject **clock_arrays;
   int64_t **clocks;               /* per device: model clock counters */
@@ -186,6 +201,7 @@ PyObject *plan_fields(void);
 
 /* ---- execute (execute.c) ---- */
 int execute_init(void);
+double monotonic_s(void);
 
 /* ---- slots served in C, by file ---- */
 PJRT_Error *c_Error_Destroy(void *args);
@@ -213,6 +229,10 @@ PJRT_Error *c_Buffer_IsOnCpu(void *args);
 PJRT_Error *c_Buffer_OnDeviceSizeInBytes(void *args);
 PJRT_Error *c_Buffer_ReadyEvent(void *args);
 PJRT_Error *c_Buffer_GetMemoryLayout(void *args);
+PJRT_Error *c_Buffer_ToHostBuffer(void *args);
+PJRT_Error *c_Buffer_IncreaseExternalReferenceCount(void *args);
+PJRT_Error *c_Buffer_DecreaseExternalReferenceCount(void *args);
+PJRT_Error *c_Buffer_OpaqueDeviceMemoryDataPointer(void *args);
 PJRT_Error *c_Executable_NumReplicas(void *args);
 PJRT_Error *c_Executable_NumPartitions(void *args);
 PJRT_Error *c_Executable_NumOutputs(void *args);

@@ -92,9 +92,9 @@ static PyObject *py_owned_bytes(PyObject *self, PyObject *data) {
 
 static PyObject *py_install(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *d, *e, *w, *plan;
-  if (!PyArg_ParseTuple(args, "OOOO", &d, &e, &w, &plan)) return NULL;
-  if (plan_install(plan) < 0) return NULL;
+  PyObject *d, *e, *w, *plan, *sub_byte;
+  if (!PyArg_ParseTuple(args, "OOOOO", &d, &e, &w, &plan, &sub_byte)) return NULL;
+  if (plan_install(plan) < 0 || buffer_install(sub_byte) < 0) return NULL;
   Py_INCREF(d);
   Py_INCREF(e);
   Py_INCREF(w);
@@ -141,7 +141,8 @@ static PyObject *py_slot_names(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"capsule", py_capsule, METH_NOARGS, "The PJRT_Api table as a 'pjrt_c_api' capsule."},
     {"install", py_install, METH_VARARGS,
-     "install(dispatch, error_for, wait_for, plan_type): connect the Python side."},
+     "install(dispatch, error_for, wait_for, plan_type, sub_byte_types): connect the Python "
+     "side."},
     {"plan_fields", py_plan_fields, METH_NOARGS,
      "The fields of an executable's plan that C reads, by name."},
     {"seen_struct_sizes", py_seen_sizes, METH_NOARGS, "struct_size jaxlib passed, by slot."},
@@ -150,9 +151,9 @@ static PyMethodDef methods[] = {
     {"new_memory", py_new_memory, METH_VARARGS,
      "new_memory(memory, kind, stats, limit): a memory's Handle, with its byte counters."},
     {"new_device", py_new_device, METH_VARARGS,
-     "new_device(device, memory): a device's Handle, with its default memory's."},
+     "new_device(device, memory, clock, on_read): a device's Handle."},
     {"new_buffer", py_new_buffer, METH_VARARGS,
-     "new_buffer(array, memory, element_type, dims, nbytes): a ready buffer Handle."},
+     "new_buffer(array, memory, element_type, dims, nbytes, read_advance): a ready buffer."},
     {"new_executable", py_new_executable, METH_VARARGS,
      "new_executable(exe, plan): an executable Handle that Execute runs by its plan."},
     {"give", py_give, METH_O, "Address of a handle, with one reference owned by jaxlib."},
@@ -175,7 +176,7 @@ PyMODINIT_FUNC PyInit__table(void) {
   if (PyType_Ready(&HandleType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (m == NULL) return NULL;
-  if (execute_init() < 0) {
+  if (execute_init() < 0 || buffer_init() < 0) {
     Py_DECREF(m);
     return NULL;
   }
@@ -196,7 +197,8 @@ PyMODINIT_FUNC PyInit__table(void) {
   SERVE(Buffer_ElementType) SERVE(Buffer_Dimensions) SERVE(Buffer_DynamicDimensionIndices)
   SERVE(Buffer_Device) SERVE(Buffer_Memory) SERVE(Buffer_IsDeleted) SERVE(Buffer_IsOnCpu)
   SERVE(Buffer_OnDeviceSizeInBytes) SERVE(Buffer_ReadyEvent) SERVE(Buffer_GetMemoryLayout)
-  SERVE(Buffer_Delete)
+  SERVE(Buffer_Delete) SERVE(Buffer_ToHostBuffer) SERVE(Buffer_IncreaseExternalReferenceCount)
+  SERVE(Buffer_DecreaseExternalReferenceCount) SERVE(Buffer_OpaqueDeviceMemoryDataPointer)
   SERVE(LoadedExecutable_Execute) SERVE(LoadedExecutable_Delete) SERVE(LoadedExecutable_IsDeleted)
   SERVE(Executable_NumReplicas) SERVE(Executable_NumPartitions) SERVE(Executable_NumOutputs)
   SERVE(Memory_Kind) SERVE(Memory_Kind_Id) SERVE(Client_UpdateGlobalProcessInfo)
