@@ -178,6 +178,48 @@ def test_device_put_beyond_the_device_memory_is_refused_with_the_figures():
     assert proc.stdout.splitlines()[-1] == f"({limit // 8},)"
 
 
+def test_execution_outputs_count_against_the_device_memory():
+    proc = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        ipu = jax.devices("ipu")[0]
+        limit = ipu.memory_stats()["bytes_limit"]
+        in_use = lambda: ipu.memory_stats()["bytes_in_use"]
+        def attempt(what, f, *args):
+            before, said = in_use(), "ACCEPTED"
+            try:
+                f(*args).block_until_ready()
+            except Exception as e:
+                said = f"{type(e).__name__} {e}"
+            print(what, in_use() - before, said)  # the arguments jax put are gone by now
+        attempt("zeros", jnp.zeros, limit // 2, jnp.float32)  # twice the device
+        make = jax.jit(lambda v: jnp.full(limit * 6 // 10 // 4, v, jnp.float32))
+        kept = make(1.0)  # 0.6 of the device
+        attempt("second", make, 2.0)  # another 0.6
+        kept = jax.jit(lambda a: a + 1, donate_argnums=0)(kept)  # the donated 0.6 is freed
+        print("donated", in_use(), float(kept[0]))
+        del kept
+        small = jax.device_put(np.ones(limit * 35 // 100 // 4, np.float32), ipu)
+        other = jax.device_put(np.ones(limit * 6 // 10 // 4, np.float32), ipu)  # 0.95 in use
+        third = small.shape[0] // 3
+        pair = jax.jit(lambda a: (a + 1, a[:third] * 2), donate_argnums=0)
+        attempt("pair", pair, small)  # 0.35 freed by the donation, 0.47 asked: the program fits
+        print("small", float(small[0]), small.is_deleted())
+    """, env={"JAX_IPU_MODEL_NUM_TILES": "8"})
+    limit = 8 * 638976
+    held, small = limit * 6 // 10 // 4 * 4, limit * 35 // 100 // 4 * 4
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    for name, asked in (("zeros", limit // 2 * 4), ("second", held),
+                        ("pair", small + small // 4 // 3 * 4)):
+        refusal = lines[name]
+        assert refusal.startswith(("0 JaxRuntimeError ", "0 ValueError ")), refusal  # no leak
+        assert "RESOURCE_EXHAUSTED" in refusal and f"({asked} bytes)" in refusal
+        assert f"holds {limit} bytes" in refusal and "donate_argnums" in refusal
+    in_use = small + held
+    assert f"{in_use} are in use, of which {small} are freed by donated inputs" in lines["pair"]
+    assert lines["donated"] == f"{held} 2.0"
+    assert lines["small"] == "1.0 False"  # a refused call consumed nothing
+
+
 def test_device_put_makes_no_host_copy_of_the_array():
     ipu = jax.devices("ipu")[0]
     host = np.random.default_rng(0).standard_normal(4 << 20).astype(np.float32)  # 16 MiB

@@ -216,13 +216,8 @@ class IpuClient:
         caller reuses once this returns. Refused when the device's memory cannot hold it."""
         memory = device.memory
         if host.nbytes > memory.bytes_free:
-            raise IpuOutOfMemoryError(
-                f"Cannot transfer {host.nbytes} bytes ({host.dtype.name}{list(host.shape)}) to "
-                f"{device!r}: its tile memory holds {memory.bytes_limit} bytes "
-                f"({device.target.num_tiles} tiles x {device.target.bytes_per_tile}) and "
-                f"{memory.bytes_limit - memory.bytes_free} are in use. Keep the array on the "
-                "host (or on cpu), shard it over several IPUs, or delete arrays you no longer "
-                "need.")
+            raise IpuOutOfMemoryError(memory.shortfall(
+                host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}"))
         start = time.perf_counter() if self.profiler else 0.0
         aval = _aval(host.shape, host.dtype)
         # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.

@@ -60,6 +60,19 @@ class IpuMemory:
     def bytes_free(self) -> int:
         return self.bytes_limit - int(self.stats_counters[0])
 
+    def shortfall(self, nbytes: int, what: str, freed: int = 0) -> str:
+        """Why `what`, `nbytes` more, does not fit here once `freed` bytes are freed (by the
+        inputs a call donates), and what to do: the words of RESOURCE_EXHAUSTED."""
+        target = self.device.target
+        in_use = int(self.stats_counters[0])
+        donated = f", of which {freed} are freed by donated inputs" if freed else ""
+        return (
+            f"Cannot place {what} ({nbytes} bytes) on {self.device!r}: its tile memory holds "
+            f"{self.bytes_limit} bytes ({target.num_tiles} tiles x {target.bytes_per_tile}) and "
+            f"{in_use} are in use{donated}. Delete arrays you no longer need (x.delete(), or "
+            "drop the last reference), donate the inputs a call replaces (donate_argnums), "
+            "keep arrays on the host (or on cpu), or shard them over several IPUs.")
+
     def __repr__(self) -> str:
         return f"IpuMemory(id={self.id}, kind={self.kind}, device={self.device.id})"
 

@@ -52,6 +52,28 @@ static PJRT_Error *check_arguments(Handle *exe, ExecuteArgs *a) {
   return NULL;
 }
 
+/* Refuses the call, before anything runs, when a device's memory cannot hold its outputs once
+   the inputs donated to the call are freed (RESOURCE_EXHAUSTED naming the sizes). */
+static PJRT_Error *reserve_outputs(Plan *p, ExecuteArgs *a, const unsigned char *keep) {
+  size_t need = 0;
+  for (size_t k = 0; k < p->num_outputs; k++) need += p->out_nbytes[k];
+  for (size_t d = 0; d < a->num_devices; d++) {
+    Handle *memory = p->devices[d]->memory;
+    size_t freed = 0;
+    for (size_t i = 0; i < a->num_args; i++) {
+      Handle *b = FROM_PJRT(a->argument_lists[d][i]);
+      if (p->donated[i] && !keep[i] && b->memory == memory) freed += b->nbytes;
+    }
+    PyObject *what = p->num_outputs == 1
+                         ? PyUnicode_FromFormat("the output of %U", p->name)
+                         : PyUnicode_FromFormat("the %zu outputs of %U", p->num_outputs, p->name);
+    PJRT_Error *err = what ? memory_reserve(memory, need, freed, what) : error_from_python();
+    Py_XDECREF(what);
+    if (err) return err;
+  }
+  return NULL;
+}
+
 /* Device d's CPU arrays, with copies where jax keeps a donated input. */
 static PyObject *device_arguments(Plan *p, ExecuteArgs *a, size_t d, const unsigned char *keep) {
   PyObject *args = PyList_New((Py_ssize_t)a->num_args);
@@ -207,6 +229,7 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
   for (size_t i = 0; i < a->num_args; i++) /* read in place by the host: donate a copy */
     for (size_t d = 0; d < a->num_devices && !keep[i]; d++)
       if (FROM_PJRT(a->argument_lists[d][i])->external_refs) keep[i] = 1;
+  if ((err = reserve_outputs(p, a, keep)) != NULL) goto done;
   if ((cpu_args = cpu_arguments(p, a, keep)) == NULL) goto python_error;
 
   if (p->direct) { /* one device: run(*args) -> the outputs, by jax's own dispatch */

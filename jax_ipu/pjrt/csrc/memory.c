@@ -18,6 +18,20 @@ void memory_alloc(Handle *memory, size_t nbytes) {
   if (n > s[STAT_LARGEST]) s[STAT_LARGEST] = n;
 }
 
+/* Whether `nbytes` more fit in the memory once `freed` bytes of it go (GIL held): NULL, else
+   RESOURCE_EXHAUSTED saying why and what to do, in the runtime memory's words. `what` (str)
+   names what would take the bytes. */
+PJRT_Error *memory_reserve(Handle *memory, size_t nbytes, size_t freed, PyObject *what) {
+  int64_t after = memory->stats[STAT_IN_USE] - (int64_t)freed + (int64_t)nbytes;
+  if (after <= memory->limit) return NULL;
+  PyObject *msg = PyObject_CallMethod(memory->obj, "shortfall", "nOn", (Py_ssize_t)nbytes, what,
+                                      (Py_ssize_t)freed);
+  const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+  PJRT_Error *err = text ? new_error(CODE_RESOURCE_EXHAUSTED, text) : error_from_python();
+  Py_XDECREF(msg);
+  return err;
+}
+
 /* new_memory(memory, kind, stats, limit): a memory's handle; `stats` are its int64 counters
    (STAT_*), `limit` the bytes it holds. */
 PyObject *py_new_memory(PyObject *self, PyObject *args) {

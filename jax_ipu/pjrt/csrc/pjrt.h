@@ -89,8 +89,9 @@ extern PyObject *error_maker; /* error_for(exception) -> error address */
 extern PyObject *waiter;      /* wait_for(event capsule, waitable): resolve when it is ready */
 
 enum {
-  CODE_OK = 0, CODE_CANCELLED = 1, CODE_INVALID_ARGUMENT = 3, CODE_FAILED_PRECONDITION = 9,
-  CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14
+  CODE_OK = 0, CODE_CANCELLED = 1, CODE_INVALID_ARGUMENT = 3, CODE_RESOURCE_EXHAUSTED = 8,
+  CODE_FAILED_PRECONDITION = 9, CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13,
+  CODE_UNAVAILABLE = 14
 };
 
 /* ---- errors (error.c) ---- */
@@ -165,6 +166,7 @@ int64_t *dims_from(PyObject *seq, size_t *n);
 /* ---- memories (memory.c): the bytes their buffers hold ---- */
 void memory_alloc(Handle *memory, size_t nbytes);
 void memory_free(Handle *memory, size_t nbytes);
+PJRT_Error *memory_reserve(Handle *memory, size_t nbytes, size_t freed, PyObject *what);
 
 /* ---- buffers (buffer.c) ---- */
 int buffer_init(void);
