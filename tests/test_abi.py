@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import serialize_executable
 
 from jax_ipu import plugin
 from jax_ipu.pjrt import _table, abi, slots
@@ -53,6 +54,7 @@ def _exercise() -> None:
     compiled = jax.jit(lambda a: a * 2).lower(x).compile()
     compiled.memory_analysis()
     compiled.cost_analysis()
+    serialize_executable.deserialize_and_load(*serialize_executable.serialize(compiled))
     big = jax.jit(lambda a: jnp.linalg.matrix_power(a, 8).sum())  # runs in the background
     slow = big(jax.device_put(np.ones((768, 768), np.float32), ipu))
     slow.is_ready()

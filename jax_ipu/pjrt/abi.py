@@ -179,7 +179,7 @@ ExecutableDeserializeAndLoad = _struct(
     "PJRT_Executable_DeserializeAndLoad_Args",
     "client:ptr serialized_executable:ptr serialized_executable_size:size "
     "loaded_executable:ptr overridden_serialized_compile_options:ptr "
-    "overridden_serialized_compile_options_size:size",
+    "overridden_serialized_compile_options_size:size load_options:ptr",
 )
 
 LoadedGetExecutable = _struct(
