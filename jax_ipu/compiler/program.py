@@ -73,14 +73,15 @@ _LIBRARY_DIRS = _package_dirs("jax", "jaxlib", "jax_ipu")
 def _context() -> ir.Context:
     ctx = ir.Context()
     # func, arith and the other upstream dialects JAX itself registers, for MLIR text input.
+    # Every dialect loads when a program first uses it: loading them all up front cost most of
+    # a small program's read.
     registry = ir.DialectRegistry()
     _internals.register_mlir_dialects(registry)
     ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    sdy.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
+    stablehlo.register_dialect(ctx, load=False)
+    chlo.register_dialect(ctx, load=False)
+    sdy.register_dialect(ctx, load=False)
+    mhlo.register_mhlo_dialect(ctx, load=False)
     # Modules may carry dialects we do not register (e.g. mhlo attributes): keep them opaque.
     ctx.allow_unregistered_dialects = True
     return ctx

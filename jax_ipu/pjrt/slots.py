@@ -507,13 +507,7 @@ def executable_output_dims(args: Any) -> None:
 def executable_optimized_program(args: Any) -> None:
     exe = _obj(args.executable)
     program = abi.Program.from_address(args.program)
-    if len(exe.devices) == 1:
-        # The IPU program is the StableHLO jax sent: no IPU rewriting happens before Poplar.
-        kind, code = "mlir", exe.code
-    else:
-        # A multi-device program is answered as XLA's partitioner made it: jaxlib cannot turn
-        # the Shardy program jax sent back into HLO (sdy.manual_computation).
-        kind, code = "mlir", _keep(exe, "partitioned", exe.partitioned_program)
+    kind, code = _keep(exe, "optimized", exe.optimized_program)
     program.format, program.format_size = _string(None, kind)
     if program.code:
         ctypes.memmove(program.code, code, min(len(code), program.code_size))
