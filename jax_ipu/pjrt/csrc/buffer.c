@@ -52,19 +52,13 @@ int buffer_init(void) {
 }
 
 /* A buffer handle around `array` (a new reference is taken) in `memory`; counts its bytes.
-   `read_advance` (an int64 array, or NULL) is what reading it back adds to its device's clock. */
+   `read` is what reading it back adds to its device's clock. */
 Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
-                   size_t ndims, size_t nbytes, PJRT_Event *event, PyObject *read_advance) {
+                   size_t ndims, size_t nbytes, PJRT_Event *event, const Advance *read) {
   Handle *h = handle_alloc(array);
   if (h == NULL) return NULL;
-  if (read_advance) {
-    if (int64_view(read_advance, &h->read_cycles, &h->num_read) < 0) {
-      Py_DECREF(h);
-      return NULL;
-    }
-    Py_INCREF(read_advance);
-    h->read_advance = read_advance;
-  }
+  h->read = *read;
+  Py_INCREF(read->owner);
   h->element_type = element_type;
   h->ndims = ndims;
   h->dims = malloc(sizeof(int64_t) * (2 * ndims + 1));
@@ -196,14 +190,20 @@ static PJRT_Error *buffer_address(Handle *h, void **data) {
   PJRT_Error *err = NULL;
   PyObject *array = buffer_array(h, &err);
   if (array == NULL) return err;
-  Py_INCREF(array);
-  PyObject *ready = PyObject_CallMethodNoArgs(array, str_block); /* waits without the GIL */
-  PyObject *address = ready ? PyObject_CallMethodNoArgs(array, str_pointer) : NULL;
-  *data = address ? PyLong_AsVoidPtr(address) : NULL;
-  Py_XDECREF(ready);
-  Py_XDECREF(address);
-  Py_DECREF(array);
-  return PyErr_Occurred() ? error_from_python() : NULL;
+  if (h->data == NULL) {
+    Py_INCREF(array);
+    /* an output's event said it is computed; another buffer's array may still be filling */
+    PyObject *ready = h->settled ? (Py_INCREF(Py_None), Py_None)
+                                 : PyObject_CallMethodNoArgs(array, str_block);
+    PyObject *address = ready ? PyObject_CallMethodNoArgs(array, str_pointer) : NULL;
+    h->data = address ? PyLong_AsVoidPtr(address) : NULL;
+    Py_XDECREF(ready);
+    Py_XDECREF(address);
+    Py_DECREF(array);
+    if (PyErr_Occurred()) return error_from_python();
+  }
+  *data = h->data;
+  return NULL;
 }
 
 /* Copies a buffer's values to `dst` in the host's layout: row-major, one byte per element of the
@@ -239,9 +239,9 @@ static PJRT_Error *buffer_copy(Handle *h, void *dst) {
 static PJRT_Error *buffer_charge_read(Handle *h, double start) {
   Handle *device = h->memory->device;
   int64_t cycles = 0;
-  for (size_t c = 0; c < h->num_read && c < device->num_clock; c++) {
-    device->clock[c] += h->read_cycles[c];
-    cycles += h->read_cycles[c];
+  for (size_t c = 0; c < h->read.n && c < device->num_clock; c++) {
+    device->clock[c] += h->read.cycles[c];
+    cycles += h->read.cycles[c];
   }
   if (device->on_read == NULL) return NULL;
   PyObject *res = PyObject_CallFunction(device->on_read, "nddL", (Py_ssize_t)h->nbytes, start,
@@ -355,16 +355,17 @@ PyObject *py_new_buffer(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO!iOnO", &array, &HandleType, &memory, &etype, &dims_seq, &nbytes,
                         &read_advance))
     return NULL;
-  const int64_t *unused;
-  if (int64_view(read_advance, &unused, NULL) < 0) return NULL;
   if (memory->stats == NULL) {
     PyErr_SetString(PyExc_TypeError, "new_buffer() takes a memory's handle");
     return NULL;
   }
+  Advance read;
+  if (advance_from(read_advance, &read) < 0) return NULL;
   size_t n;
   int64_t *dims = dims_from(dims_seq, &n);
-  if (dims == NULL) return NULL;
-  Handle *h = buffer_new(array, memory, etype, dims, n, (size_t)nbytes, NULL, read_advance);
+  Handle *h = dims ? buffer_new(array, memory, etype, dims, n, (size_t)nbytes, NULL, &read)
+                   : NULL;
+  Py_DECREF(read.owner);
   free(dims);
   return (PyObject *)h;
 }

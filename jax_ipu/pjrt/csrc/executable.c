@@ -16,9 +16,8 @@ void plan_free(Plan *p) {
     if (p->clock_arrays) Py_XDECREF(p->clock_arrays[d]);
   }
   for (size_t k = 0; k < p->num_outputs && p->out_dims; k++) free(p->out_dims[k]);
-  for (size_t k = 0; k < p->num_outputs && p->out_read_advance; k++)
-    Py_XDECREF(p->out_read_advance[k]);
-  free(p->out_read_advance);
+  for (size_t k = 0; k < p->num_outputs && p->out_read; k++) Py_XDECREF(p->out_read[k].owner);
+  free(p->out_read);
   free(p->donated); free(p->out_types); free(p->out_dims); free(p->out_ndims);
   free(p->out_nbytes); free(p->devices); free(p->clock_arrays); free(p->clocks);
   free(p);
@@ -113,12 +112,12 @@ static Plan *plan_from(PyObject *py) {
   p->out_dims = calloc(p->num_outputs + 1, sizeof(int64_t *));
   p->out_ndims = calloc(p->num_outputs + 1, sizeof(size_t));
   p->out_nbytes = calloc(p->num_outputs + 1, sizeof(size_t));
-  p->out_read_advance = calloc(p->num_outputs + 1, sizeof(PyObject *));
+  p->out_read = calloc(p->num_outputs + 1, sizeof(Advance));
   for (size_t k = 0; k < p->num_outputs; k++) {
-    const int64_t *unused;
-    p->out_read_advance[k] = PySequence_GetItem(v[F_output_read_advance], (Py_ssize_t)k);
-    if (p->out_read_advance[k] == NULL || int64_view(p->out_read_advance[k], &unused, NULL) < 0)
-      goto fail;
+    PyObject *read = PySequence_GetItem(v[F_output_read_advance], (Py_ssize_t)k);
+    int bad = read == NULL || advance_from(read, &p->out_read[k]) < 0;
+    Py_XDECREF(read);
+    if (bad) goto fail;
     PyObject *t = PySequence_GetItem(v[F_output_types], (Py_ssize_t)k);
     PyObject *s = PySequence_GetItem(v[F_output_dims], (Py_ssize_t)k);
     PyObject *b = PySequence_GetItem(v[F_output_nbytes], (Py_ssize_t)k);

@@ -64,12 +64,13 @@ static PJRT_Error *reserve_outputs(Plan *p, ExecuteArgs *a, const unsigned char 
       Handle *b = FROM_PJRT(a->argument_lists[d][i]);
       if (p->donated[i] && !keep[i] && b->memory == memory) freed += b->nbytes;
     }
+    if (memory_fits(memory, need, freed)) continue;
     PyObject *what = p->num_outputs == 1
                          ? PyUnicode_FromFormat("the output of %U", p->name)
                          : PyUnicode_FromFormat("the %zu outputs of %U", p->num_outputs, p->name);
-    PJRT_Error *err = what ? memory_reserve(memory, need, freed, what) : error_from_python();
+    PJRT_Error *err = what ? memory_shortfall(memory, need, freed, what) : error_from_python();
     Py_XDECREF(what);
-    if (err) return err;
+    return err;
   }
   return NULL;
 }
@@ -267,13 +268,14 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
     for (size_t k = 0; k < p->num_outputs; k++) {
       Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d]->memory,
                              p->out_types[k], p->out_dims[k], p->out_ndims[k],
-                             p->out_nbytes[k], event, p->out_read_advance[k]);
+                             p->out_nbytes[k], event, &p->out_read[k]);
       if (h == NULL) { /* jaxlib ignores the outputs of a failed call: drop those made */
         for (size_t e = 0; e <= d; e++)
           for (size_t j = 0; j < (e < d ? p->num_outputs : k); j++)
             Py_DECREF((PyObject *)FROM_PJRT(a->output_lists[e][j]));
         goto python_error;
       }
+      h->settled = 1; /* ready now (no event), or when its event says */
       a->output_lists[d][k] = TO_PJRT(h);
     }
     if (a->device_complete_events)

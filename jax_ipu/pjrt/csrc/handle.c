@@ -16,7 +16,7 @@ static void handle_dealloc(Handle *self) {
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
   Py_XDECREF(self->stats_array);
-  Py_XDECREF(self->read_advance);
+  Py_XDECREF(self->read.owner);
   Py_XDECREF(self->external);
   Py_XDECREF(self->clock_array);
   Py_XDECREF(self->on_read);
@@ -179,6 +179,12 @@ int int64_array(PyObject *array, int64_t **data, size_t *n) {
 /* The data of an int64 array C only reads. */
 int int64_view(PyObject *array, const int64_t **data, size_t *n) {
   return int64_buffer(array, 0, (int64_t **)data, n);
+}
+int advance_from(PyObject *array, Advance *out) {
+  if (int64_view(array, &out->cycles, &out->n) < 0) return -1;
+  Py_INCREF(array);
+  out->owner = array;
+  return 0;
 }
 
 int64_t *dims_from(PyObject *seq, size_t *n) {

@@ -18,12 +18,13 @@ void memory_alloc(Handle *memory, size_t nbytes) {
   if (n > s[STAT_LARGEST]) s[STAT_LARGEST] = n;
 }
 
-/* Whether `nbytes` more fit in the memory once `freed` bytes of it go (GIL held): NULL, else
-   RESOURCE_EXHAUSTED saying why and what to do, in the runtime memory's words. `what` (str)
-   names what would take the bytes. */
-PJRT_Error *memory_reserve(Handle *memory, size_t nbytes, size_t freed, PyObject *what) {
-  int64_t after = memory->stats[STAT_IN_USE] - (int64_t)freed + (int64_t)nbytes;
-  if (after <= memory->limit) return NULL;
+/* Whether `nbytes` more fit in the memory once `freed` bytes of it go. */
+int memory_fits(Handle *memory, size_t nbytes, size_t freed) {
+  return memory->stats[STAT_IN_USE] - (int64_t)freed + (int64_t)nbytes <= memory->limit;
+}
+/* RESOURCE_EXHAUSTED for what does not fit, saying why and what to do in the runtime memory's
+   words (GIL held); `what` (str) names what would take the bytes. */
+PJRT_Error *memory_shortfall(Handle *memory, size_t nbytes, size_t freed, PyObject *what) {
   PyObject *msg = PyObject_CallMethod(memory->obj, "shortfall", "nOn", (Py_ssize_t)nbytes, what,
                                       (Py_ssize_t)freed);
   const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;

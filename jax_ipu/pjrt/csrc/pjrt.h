@@ -117,6 +117,10 @@ void event_wait(PJRT_Event *e);
 /* ---- handles (handle.c): every PJRT object jaxlib holds is one of these Python objects ---- */
 enum { STAT_IN_USE, STAT_PEAK, STAT_ALLOCS, STAT_LARGEST };
 
+/* An int64 array the runtime owns (what an action adds to a model clock), with its data. */
+typedef struct { PyObject *owner; const int64_t *cycles; size_t n; } Advance;
+int advance_from(PyObject *array, Advance *out); /* takes a reference; -1 with an exception */
+
 typedef struct Plan Plan;
 typedef struct Handle {
   PyObject_HEAD
@@ -132,9 +136,9 @@ typedef struct Handle {
   size_t ndims;
   size_t nbytes;
   PJRT_Event *event;      /* NULL when ready at creation */
-  PyObject *read_advance; /* int64 array: what reading it back adds to its device's clock */
-  const int64_t *read_cycles;
-  size_t num_read;
+  Advance read;           /* what reading it back adds to its device's clock */
+  int settled;            /* its event (or none) says when XLA:CPU computed it */
+  void *data;             /* the address of its bytes, once asked for */
   size_t external_refs;   /* the host reading it in place (NumPy views, DLPack) */
   PyObject *external;     /* its CPU array while external references exist */
   /* devices */
@@ -166,13 +170,14 @@ int64_t *dims_from(PyObject *seq, size_t *n);
 /* ---- memories (memory.c): the bytes their buffers hold ---- */
 void memory_alloc(Handle *memory, size_t nbytes);
 void memory_free(Handle *memory, size_t nbytes);
-PJRT_Error *memory_reserve(Handle *memory, size_t nbytes, size_t freed, PyObject *what);
+int memory_fits(Handle *memory, size_t nbytes, size_t freed);
+PJRT_Error *memory_shortfall(Handle *memory, size_t nbytes, size_t freed, PyObject *what);
 
 /* ---- buffers (buffer.c) ---- */
 int buffer_init(void);
 int buffer_install(PyObject *sub_byte_types);
 Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
-                   size_t ndims, size_t nbytes, PJRT_Event *event, PyObject *read_advance);
+                   size_t ndims, size_t nbytes, PJRT_Event *event, const Advance *read);
 void buffer_release(Handle *h);
 
 /* ---- executables (executable.c): how one runs, read once from its ExecutePlan ---- */
@@ -190,7 +195,7 @@ struct Plan {
   int *out_types;
   int64_t **out_dims;
   size_t *out_ndims, *out_nbytes;
-  PyObject **out_read_advance;    /* per output: int64 array, what reading it back costs */
+  Advance *out_read;              /* per output: what reading it back adds to a clock */
   Handle **devices;               /* addressable devices, in execution order */
   PyObject **clock_arrays;
   int64_t **clocks;               /* per device: model clock counters */
