@@ -51,6 +51,16 @@ int buffer_init(void) {
   return str_block && str_pointer && str_to_numpy ? 0 : -1;
 }
 
+/* What a buffer holds besides a handle's own: its bytes in its memory's count, its event, its
+   dims, its read cost and its external holder. */
+static void buffer_finalize(Handle *h) {
+  if (!h->deleted) memory_free(h->memory, h->nbytes);
+  event_unref(h->event);
+  free(h->dims);
+  Py_XDECREF(h->read.owner);
+  Py_XDECREF(h->external);
+}
+
 /* A buffer handle around `array` (a new reference is taken) in `memory`; counts its bytes.
    `read` is what reading it back adds to its device's clock. */
 Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
@@ -71,6 +81,7 @@ Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int6
   h->memory = memory;
   h->event = event ? event_ref(event) : NULL;
   memory_alloc(memory, nbytes);
+  h->finalize = buffer_finalize;
   return h;
 }
 

@@ -160,6 +160,8 @@ fail:
   return NULL;
 }
 
+static void executable_finalize(Handle *h) { plan_free(h->plan); }
+
 /* new_executable(exe, plan): an executable handle around `exe` (its runtime object), which
    Execute runs by `plan`, an ExecutePlan read once, here. */
 PyObject *py_new_executable(PyObject *self, PyObject *args) {
@@ -174,6 +176,7 @@ PyObject *py_new_executable(PyObject *self, PyObject *args) {
     return NULL;
   }
   h->plan = p;
+  h->finalize = executable_finalize;
   return (PyObject *)h;
 }
 

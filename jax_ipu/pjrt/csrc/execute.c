@@ -7,7 +7,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
   size_t struct_size; void *ext; void *send_callbacks; void *recv_callbacks; size_t num_send_ops;
@@ -174,12 +173,6 @@ static void release_consumed(Plan *p, ExecuteArgs *a, const unsigned char *keep)
 static PyObject *output_array(PyObject *outputs, size_t k, size_t d, int direct) {
   return direct ? PyTuple_GET_ITEM(outputs, (Py_ssize_t)k)
                 : PyList_GET_ITEM(PyList_GET_ITEM(outputs, (Py_ssize_t)k), (Py_ssize_t)d);
-}
-
-double monotonic_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* what time.perf_counter reads on Linux */
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 PJRT_Error *c_LoadedExecutable_Execute(void *args) {

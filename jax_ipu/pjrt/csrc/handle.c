@@ -9,20 +9,13 @@
 typedef struct { size_t struct_size; void *ext; void *obj; } ObjArgs; /* every *_Destroy */
 
 static void handle_dealloc(Handle *self) {
-  if (self->memory) {
-    if (self->dims && !self->deleted) memory_free(self->memory, self->nbytes); /* a buffer */
-    Py_DECREF((PyObject *)self->memory);
-  }
+  if (self->finalize) self->finalize(self);
+  Py_XDECREF((PyObject *)self->memory);
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
   Py_XDECREF(self->stats_array);
-  Py_XDECREF(self->read.owner);
-  Py_XDECREF(self->external);
   Py_XDECREF(self->clock_array);
   Py_XDECREF(self->on_read);
-  event_unref(self->event);
-  plan_free(self->plan);
-  free(self->dims);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

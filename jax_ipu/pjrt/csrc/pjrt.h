@@ -16,6 +16,15 @@
 #define Py_IsFinalizing _Py_IsFinalizing
 #endif
 
+#include <time.h>
+
+/* Seconds on the clock time.perf_counter reads on Linux. */
+static inline double monotonic_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 #define API_MAJOR 0
 #define API_MINOR 112
 
@@ -154,6 +163,8 @@ typedef struct Handle {
   int64_t limit;          /* bytes it holds */
   /* executables */
   Plan *plan;
+  /* frees what the file that made it attached (a buffer's bytes, an executable's plan) */
+  void (*finalize)(struct Handle *self);
 } Handle;
 
 #define TO_PJRT(h) ((void *)&((Handle *)(h))->vtable)
@@ -208,7 +219,7 @@ PyObject *plan_fields(void);
 
 /* ---- execute (execute.c) ---- */
 int execute_init(void);
-double monotonic_s(void);
+
 
 /* ---- slots served in C, by file ---- */
 PJRT_Error *c_Error_Destroy(void *args);
