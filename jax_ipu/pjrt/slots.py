@@ -16,7 +16,6 @@ import numpy as np
 
 from jax_ipu import _internals, dtypes
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
-from jax_ipu.model import TO_HOST
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
@@ -285,7 +284,7 @@ def client_buffer_from_host(args: Any) -> None:
     array = client.put(host, device)
     args.buffer = _table.give(_table.new_buffer(array, device.memory.handle, args.type, dims,
                                                 host.nbytes,
-                                                device.transfer_advance(host.nbytes, TO_HOST)))
+                                                device.read_advance(host.nbytes)))
     args.done_with_host_buffer = _table.READY_EVENT
 
 
@@ -619,7 +618,7 @@ def _copy(args: Any, device: IpuDevice) -> None:
     array = source.client.copy(_live_array(handle), source, device)
     args.dst_buffer = _table.give(_table.new_buffer(
         array, device.memory.handle, handle.element_type, handle.dims, handle.nbytes,
-        device.transfer_advance(handle.nbytes, TO_HOST)))
+        device.read_advance(handle.nbytes)))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)

@@ -18,7 +18,7 @@ import numpy as np
 
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
-from jax_ipu.model import TO_DEVICE, TO_HOST
+from jax_ipu.model import TO_DEVICE
 from jax_ipu.model.targets import Target, get_target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
@@ -247,7 +247,7 @@ class IpuClient:
         """Device -> device (over IPU-Links on hardware; through the host in this model)."""
         start = time.perf_counter() if self.profiler else 0.0
         host = np.asarray(array)
-        cycles = source.charge(source.transfer_advance(host.nbytes, TO_HOST))
+        cycles = source.charge(source.read_advance(host.nbytes))
         if self.profiler:
             self.profiler.transferred("device_to_host", host.nbytes, source, start,
                                       time.perf_counter(), cycles)

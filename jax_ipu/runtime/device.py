@@ -105,6 +105,10 @@ class IpuDevice:
         to this device's clock, by CLOCK_FIELDS (read-only)."""
         return _transfer_advance(self.target, nbytes, direction)
 
+    def read_advance(self, nbytes: int) -> np.ndarray:
+        """What reading `nbytes` of this device back to the host adds to its clock."""
+        return self.transfer_advance(nbytes, TO_HOST)
+
     def charge(self, advance: np.ndarray) -> int:
         """Move the clock on by `advance` (by CLOCK_FIELDS); the cycles it adds."""
         self.clock += advance

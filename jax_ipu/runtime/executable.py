@@ -19,7 +19,6 @@ from jax.extend.mlir import hlo_to_stablehlo
 from jax_ipu import _internals
 from jax_ipu.compiler import Compiled, hlo_with_config
 from jax_ipu.dtypes import element_type, numpy_dtype
-from jax_ipu.model import TO_HOST
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.profile import Profiler
@@ -127,7 +126,7 @@ class IpuExecutable:
             donated=tuple(sorted(set(program.aliases) | set(program.donated_inputs))),
             output_types=self.output_types, output_dims=self.output_dims,
             output_nbytes=tuple(o.nbytes for o in self.outputs),
-            output_read_advance=tuple(self.addressable[0].transfer_advance(o.nbytes, TO_HOST)
+            output_read_advance=tuple(self.addressable[0].read_advance(o.nbytes)
                                       for o in self.outputs),
             devices=tuple(d.handle for d in self.addressable),
             clocks=tuple(d.clock for d in self.addressable), advance=self.advance,

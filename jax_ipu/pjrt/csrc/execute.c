@@ -114,8 +114,11 @@ static PyObject *cpu_arguments(Plan *p, ExecuteArgs *a, const unsigned char *kee
 }
 
 /* The event outputs carry: NULL when they are ready (XLA:CPU ran the program inline), an event
-   resolved now when it failed at once, else a pending event handed to the waiter thread. */
-static PJRT_Error *completion(PyObject *waitable, int may_be_ready, PJRT_Event **out) {
+   resolved now when it failed at once, else a pending event handed to the waiter thread, which
+   waits on `waitables` (a tuple: the token, or one device's outputs, any of which a later call
+   may be handed by donation before the waiter gets to it). `waitable` is the first of them. */
+static PJRT_Error *completion(PyObject *waitable, PyObject *waitables, int may_be_ready,
+                              PJRT_Event **out) {
   *out = NULL;
   if (may_be_ready) {
     PyObject *ready = PyObject_CallMethodNoArgs(waitable, str_is_ready);
@@ -138,7 +141,7 @@ static PJRT_Error *completion(PyObject *waitable, int may_be_ready, PJRT_Event *
   }
   PJRT_Event *e = event_new();
   PyObject *capsule = PyCapsule_New(event_ref(e), "jax_ipu.event", NULL);
-  PyObject *res = capsule ? PyObject_CallFunctionObjArgs(waiter, capsule, waitable, NULL) : NULL;
+  PyObject *res = capsule ? PyObject_CallFunctionObjArgs(waiter, capsule, waitables, NULL) : NULL;
   Py_XDECREF(capsule);
   if (res == NULL) {
     event_unref(e); /* the capsule's reference */
@@ -251,9 +254,19 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
   if (p->with_token) {
     token = PyObject_CallMethodNoArgs(results, str_consume_token);
     if (token == NULL) goto python_error;
-    err = completion(token, 0, &event);
+    PyObject *waitables = PyTuple_Pack(1, token);
+    err = waitables ? completion(token, waitables, 0, &event) : error_from_python();
+    Py_XDECREF(waitables);
   } else {
-    err = completion(output_array(outputs, 0, 0, p->direct), 1, &event);
+    PyObject *waitables = PyTuple_New((Py_ssize_t)p->num_outputs);
+    for (size_t k = 0; waitables && k < p->num_outputs; k++) {
+      PyObject *first_device = output_array(outputs, k, 0, p->direct);
+      Py_INCREF(first_device);
+      PyTuple_SET_ITEM(waitables, (Py_ssize_t)k, first_device);
+    }
+    err = waitables ? completion(output_array(outputs, 0, 0, p->direct), waitables, 1, &event)
+                    : error_from_python();
+    Py_XDECREF(waitables);
   }
   if (err) goto done;
 
