@@ -4,6 +4,5 @@ compile() is its entry point (load() takes back what it made earlier); the lower
 platform "ipu" live here too."""
 
 from jax_ipu.compiler.driver import Compiled, compile, load
-from jax_ipu.compiler.hlo import hlo_with_config
 
-__all__ = ["Compiled", "compile", "hlo_with_config", "load"]
+__all__ = ["Compiled", "compile", "load"]

@@ -24,9 +24,7 @@ from jax_ipu.model.targets import Target
 
 logger = logging.getLogger(__name__)
 
-# XLA:CPU compiles here, and jaxlib converts a program to HLO, while the compiling thread reads
-# the program and the model judges it.
-_BUILDS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jax_ipu-numerics")
+_CONVERSIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jax_ipu-hlo")
 
 
 @dataclass
@@ -38,8 +36,7 @@ class Compiled:
     cpu_executable: Any
     assignment: np.ndarray  # device ids by (replica, partition)
     outputs: tuple[TensorType, ...]  # what each device's execution returns
-    # A one-device program as jax reads it back (hlo.hlo_with_config), made during the compile
-    hlo_program: Future[bytes] | None = None
+    hlo_program: bytes | None = None  # a one-device program as jax reads it back (hlo.py)
 
 
 def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
@@ -51,29 +48,38 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
-    # XLA:CPU builds the numerics from the bytes meanwhile (it releases the GIL), unless the
-    # program calls the host: that build renumbers the callbacks in the module read here.
-    pending = None if numerics.calls_host(code) else _BUILDS.submit(
-        numerics.build, cpu_client, code, None, parsed_options, assignment, cpu_device_of)
-    hlo_program = _BUILDS.submit(hlo_with_config, code, *assignment.shape) \
-        if assignment.size == 1 else None
     module = parse(code)
     program = read_program(module)
     read = time.perf_counter()
-    report = judge_program(program, target, allow_out_of_memory)  # a refusal wins over XLA's
+    report = judge_program(program, target, allow_out_of_memory)
     judged = time.perf_counter()
-    cpu_executable = pending.result() if pending else numerics.build(
-        cpu_client, code, module, parsed_options, assignment, cpu_device_of)
+    # What jax reads back of a one-device program (its layouts, as_text()), made by jaxlib's C++
+    # without the GIL while XLA:CPU builds the numerics on this thread.
+    hlo_program = _CONVERSIONS.submit(hlo_with_config, code, *assignment.shape) \
+        if assignment.size == 1 else None
+    cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
+                                    cpu_device_of)
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's
         hlo = cpu_executable.hlo_modules()[0].to_string()
         outputs = entry_result_types(hlo)
         report = judge_partitioned(program, report, hlo)
-    logger.debug("compiled %s: read %.3f s, model %.3f s, then XLA:CPU %.3f s, partitioned %.3f s",
+    logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s, partitioned %.3f s",
                  program.name, read - start, judged - read, built - judged,
                  time.perf_counter() - built)
-    return Compiled(program, report, cpu_executable, assignment, outputs, hlo_program)
+    return Compiled(program, report, cpu_executable, assignment, outputs,
+                    _converted(hlo_program, program.name))
+
+
+def _converted(pending: Future[bytes] | None, name: str) -> bytes | None:
+    """The HLO of a program, or None when jaxlib could not convert it (jax then converts what
+    it reads back itself)."""
+    try:
+        return pending.result() if pending else None
+    except Exception:  # noqa: BLE001 - the program compiled; only the read-back is slower
+        logger.info("%s: no HLO for jax to read back", name, exc_info=True)
+        return None
 
 
 def load(options: bytes, cpu_executable: bytes, program: Program, report: ProgramReport,

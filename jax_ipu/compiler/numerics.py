@@ -32,18 +32,15 @@ def device_assignment(options: Any) -> np.ndarray:
     return np.asarray(columns, dtype=np.int64).T.reshape(replicas, partitions)
 
 
-def build(cpu_client: Any, code: bytes, module: ir.Module | None, options: Any,
+def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
           assignment: np.ndarray, cpu_device_of: Mapping[int, Any]) -> Any:
     """Compile the program for the CPU devices that hold the data of the IPU devices it runs on.
 
-    `code` is the program jax sent and `module` the same program parsed (needed only when it
-    calls_host(): its callbacks are renumbered); `cpu_device_of` maps an IPU device id to its
-    CPU device."""
+    `code` is the program jax sent and `module` the same program parsed, which XLA:CPU compiles
+    (sooner than it would read `code` again) once the model has read it: its host callbacks are
+    renumbered here. `cpu_device_of` maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
-    callbacks = _host_callbacks(module) if calls_host(code) else []
-    if not callbacks:
-        return cpu_client.compile_and_load(code, devices, options)
-    # jaxlib takes callables only together with a parsed module, not with bytes.
+    callbacks = _host_callbacks(module) if _calls_host(code) else []
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
 
 
@@ -98,6 +95,5 @@ def _walk(operations: Any) -> Iterator[Any]:
                 yield from _walk(block.operations)
 
 
-def calls_host(code: bytes) -> bool:
-    """Whether the program (as jax sent it) calls back into the host."""
+def _calls_host(code: bytes) -> bool:
     return any(name.encode() in code for name in lowering.HOST_CALLBACK_TARGETS)

@@ -17,7 +17,7 @@ import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
 from jax_ipu import _internals
-from jax_ipu.compiler import Compiled, hlo_with_config
+from jax_ipu.compiler import Compiled
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
@@ -169,15 +169,15 @@ class IpuExecutable:
     def optimized_program(self) -> tuple[str, bytes]:
         """What jax reads back as the compiled program: (PJRT program format, bytes).
 
-        One device: the program jax sent, as HLO (no IPU rewriting happens before Poplar),
-        made while it compiled. Several: what XLA's partitioner made of it, as StableHLO
-        (jaxlib cannot turn the Shardy program jax sent back into HLO)."""
+        One device: the program jax sent (no IPU rewriting happens before Poplar), as HLO when
+        the compile made it, which jaxlib reads without converting. Several: what XLA's
+        partitioner made of it, as StableHLO (jaxlib cannot turn the Shardy program jax sent
+        back into HLO)."""
         if len(self.devices) > 1:
             return "mlir", self.partitioned_program()
         if self.compiled.hlo_program is not None:
-            return "hlo_with_config", self.compiled.hlo_program.result()
-        return "hlo_with_config", hlo_with_config(self.code, self.num_replicas,
-                                                  self.num_partitions)
+            return "hlo_with_config", self.compiled.hlo_program
+        return "mlir", self.code
 
     def partitioned_program(self) -> bytes:
         """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
