@@ -54,11 +54,6 @@ static PyObject *handle_get_element_type(Handle *self, void *closure) {
   (void)closure;
   return PyLong_FromLong(self->element_type);
 }
-static PyObject *handle_get_ready(Handle *self, void *closure) {
-  (void)closure;
-  return PyBool_FromLong(self->event == NULL || event_is_ready(self->event));
-}
-
 static PyGetSetDef handle_getset[] = {
     {"obj", (getter)handle_get_obj, NULL, "the runtime object (a buffer's CPU array)", NULL},
     {"deleted", (getter)handle_get_deleted, NULL, "whether jax deleted (or donated) it", NULL},
@@ -67,7 +62,6 @@ static PyGetSetDef handle_getset[] = {
     {"nbytes", (getter)handle_get_nbytes, NULL, "a buffer's size in bytes", NULL},
     {"dims", (getter)handle_get_dims, NULL, "a buffer's dimensions", NULL},
     {"element_type", (getter)handle_get_element_type, NULL, "a buffer's PJRT type", NULL},
-    {"ready", (getter)handle_get_ready, NULL, "whether a buffer's values are computed", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject HandleType = {
