@@ -54,9 +54,11 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     report = judge_program(program, target, allow_out_of_memory)
     judged = time.perf_counter()
     # What jax reads back of a one-device program (its layouts, as_text()), made by jaxlib's C++
-    # without the GIL while XLA:CPU builds the numerics on this thread.
+    # without the GIL while XLA:CPU builds the numerics on this thread. Not for a program that
+    # calls the host: answered so, jaxlib let go of its executable, and so of the user's
+    # callables, only some time after jax dropped it.
     hlo_program = _CONVERSIONS.submit(hlo_with_config, code, *assignment.shape) \
-        if assignment.size == 1 else None
+        if assignment.size == 1 and not numerics.calls_host(code) else None
     cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
                                     cpu_device_of)
     built = time.perf_counter()

@@ -40,7 +40,7 @@ def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
     (sooner than it would read `code` again) once the model has read it: its host callbacks are
     renumbered here. `cpu_device_of` maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
-    callbacks = _host_callbacks(module) if _calls_host(code) else []
+    callbacks = _host_callbacks(module) if calls_host(code) else []
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
 
 
@@ -95,5 +95,6 @@ def _walk(operations: Any) -> Iterator[Any]:
                 yield from _walk(block.operations)
 
 
-def _calls_host(code: bytes) -> bool:
+def calls_host(code: bytes) -> bool:
+    """Whether the program (as jax sent it) calls back into the host."""
     return any(name.encode() in code for name in lowering.HOST_CALLBACK_TARGETS)
