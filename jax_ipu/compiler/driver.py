@@ -17,7 +17,7 @@ from jax_ipu.compiler import numerics
 from jax_ipu.compiler.hlo import hlo_with_config
 from jax_ipu.compiler.judge import judge_partitioned, judge_program
 from jax_ipu.compiler.partitioned import entry_result_types
-from jax_ipu.compiler.program import parse, read_program
+from jax_ipu.compiler.program import lent_context, parse, read_program
 from jax_ipu.model.ir import Program, TensorType
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.model.targets import Target
@@ -48,19 +48,21 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
-    module = parse(code)
-    program = read_program(module)
-    read = time.perf_counter()
-    report = judge_program(program, target, allow_out_of_memory)
-    judged = time.perf_counter()
-    # What jax reads back of a one-device program (its layouts, as_text()), made by jaxlib's C++
-    # without the GIL while XLA:CPU builds the numerics on this thread. Not for a program that
-    # calls the host: answered so, jaxlib let go of its executable, and so of the user's
-    # callables, only some time after jax dropped it.
-    hlo_program = _CONVERSIONS.submit(hlo_with_config, code, *assignment.shape) \
-        if assignment.size == 1 and not numerics.calls_host(code) else None
-    cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
-                                    cpu_device_of)
+    with lent_context(len(code)) as context:
+        module = parse(code, context)
+        program = read_program(module)
+        read = time.perf_counter()
+        report = judge_program(program, target, allow_out_of_memory)
+        judged = time.perf_counter()
+        # What jax reads back of a one-device program (its layouts, as_text()), made by jaxlib's
+        # C++ without the GIL while XLA:CPU builds the numerics on this thread. Not for a
+        # program that calls the host: answered so, jaxlib let go of its executable, and so of
+        # the user's callables, only some time after jax dropped it.
+        hlo_program = _CONVERSIONS.submit(hlo_with_config, code, *assignment.shape) \
+            if assignment.size == 1 and not numerics.calls_host(code) else None
+        cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
+                                        cpu_device_of)
+        del module  # nothing of the context outlives the compile that borrowed it
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's

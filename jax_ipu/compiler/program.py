@@ -4,11 +4,14 @@ Uses jaxlib's own MLIR bindings; func.call callees and composites' decomposition
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import math
 import os
+import threading
 from collections import ChainMap
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -85,6 +88,36 @@ def _context() -> ir.Context:
     # Modules may carry dialects we do not register (e.g. mhlo attributes): keep them opaque.
     ctx.allow_unregistered_dialects = True
     return ctx
+
+
+class _Lent:
+    """A context a compile borrows, with the bytes of programs it has read so far."""
+
+    def __init__(self) -> None:
+        self.context = _context()
+        self.read = 0
+
+
+# Contexts free to lend. A compile reuses one (its dialects load once, not per program), alone
+# while it holds it: XLA:CPU compiles the module in it without the GIL. A context keeps every
+# type and constant it has read, so it retires after _RETIRE_BYTES of programs.
+_FREE: list[_Lent] = []
+_FREE_LOCK = threading.Lock()
+_RETIRE_BYTES = 64 << 20
+
+
+@contextlib.contextmanager
+def lent_context(nbytes: int) -> Iterator[ir.Context]:
+    """An MLIR context for one compile of a program of `nbytes`, reused by later compiles."""
+    with _FREE_LOCK:
+        lent = _FREE.pop() if _FREE else _Lent()
+    try:
+        yield lent.context
+    finally:
+        lent.read += nbytes
+        if lent.read < _RETIRE_BYTES:
+            with _FREE_LOCK:
+                _FREE.append(lent)
 
 
 def _parse_module(code: bytes | str, ctx: ir.Context) -> ir.Module:
@@ -399,10 +432,11 @@ class _Reader:
         return self.constants.get(others[0])
 
 
-def parse(code: bytes | str) -> ir.Module:
+def parse(code: bytes | str, ctx: ir.Context | None = None) -> ir.Module:
     """The StableHLO module PJRT's Client_Compile received (portable artifact, bytecode or text),
-    parsed once in a context of its own; IpuCompileError when it cannot be read."""
-    ctx = _context()
+    parsed once in `ctx` (a lent_context()), else in a context of its own; IpuCompileError when
+    it cannot be read."""
+    ctx = ctx or _context()
     with ctx, ir.Location.unknown(ctx):
         try:
             return _parse_module(code, ctx)
