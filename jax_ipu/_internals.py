@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jaxlib
+
+from jax_ipu.protowire import Message
 
 SUPPORTED_JAX = "0.10.2"
 _missing: list[str] = []
@@ -114,9 +115,17 @@ check_lowering = _attr(_checkify, "check_lowering_rule", ("ctx", "err_tree", "de
 # jax_experimental_unsafe_xla_runtime_errors: checkify.check lowers to a host callback.
 xla_runtime_errors = _attr(_config, "xla_runtime_errors")
 
+# ---- jax: memory kinds inside programs -------------------------------------------------------
+# device_put to another memory kind inside jit (and remat's offloading) lowers to an
+# annotate_device_placement custom call only by this rule, which jax registers for tpu and gpu;
+# its cpu rule drops the move.
+_dispatch = _module("jax._src.dispatch")
+device_put_p = _attr(_dispatch, "device_put_p")
+device_put_memory_kind_lowering = _attr(_dispatch, "_tpu_gpu_device_put_lowering",
+                                        ("ctx", "devices", "srcs", "copy_semantics"))
+
 # ---- jax: the frames of a compile request, to name the user's call when a program is refused --
 _compiler = _module("jax._src.compiler")
-_dispatch = _module("jax._src.dispatch")
 
 # jax compiles every program inside this function, on the thread of the user's call.
 backend_compile_and_load = _attr(_compiler, "backend_compile_and_load")
@@ -152,57 +161,19 @@ make_gloo_tcp_collectives = _attr(_jax, "make_gloo_tcp_collectives")
 CompileOptions = _attr(_xla_client, "CompileOptions")
 DeviceAssignment = _attr(_xla_client, "DeviceAssignment")
 DeviceList = _attr(_xla_client, "DeviceList")
+PrimitiveType = _attr(_xla_client, "PrimitiveType")  # XLA's element types, in HloModuleProtos
 register_mlir_dialects = _attr(_mlir_ext, "register_dialects")
 # StableHLO bytes -> XlaComputation (HLO), as jaxlib itself converts programs.
 mlir_module_to_xla_computation = _attr(_jax, "mlir.mlir_module_to_xla_computation")
 
 
 # ---- jaxlib: a DeviceAssignment is only readable serialized (DeviceAssignmentProto) ---------
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) of a protobuf message: varints or length-delimited bytes."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        if key & 7 == 0:
-            value, pos = _varint(data, pos)
-            yield key >> 3, value
-        elif key & 7 == 2:
-            size, pos = _varint(data, pos)
-            yield key >> 3, data[pos:pos + size]
-            pos += size
-        else:
-            raise ValueError(f"unexpected protobuf wire type {key & 7} in a DeviceAssignment")
-
-
-def _varints(value: int | bytes) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    out, pos = [], 0
-    while pos < len(value):
-        item, pos = _varint(value, pos)
-        out.append(item)
-    return out
-
-
 def device_assignment_columns(assignment: Any) -> list[list[int]]:
     """Device ids of a jaxlib DeviceAssignment, one list of replica devices per partition.
 
     DeviceAssignmentProto: field 3 (computation_devices) per partition, each holding field 1
     (replica_device_ids, packed)."""
-    return [[i for n, v in _fields(value) if n == 1 for i in _varints(v)]
-            for number, value in _fields(assignment.serialize())
-            if number == 3 and isinstance(value, bytes)]
+    return [column.integers(1) for column in Message(assignment.serialize()).messages(3)]
 
 
 def _check_device_assignment() -> None:

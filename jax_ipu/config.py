@@ -12,10 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from jax_ipu.errors import IpuConfigError
+from jax_ipu.model.targets import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    FULL_CHIP_TILES,
+    PRODUCTS,
+    VERSIONS,
+    Target,
+    get_target,
+    memory_proportion_ok,
+)
 
-__all__ = ["BY_NAME", "FLAGS", "Flag", "IpuConfigError", "engine_options", "value"]
+__all__ = ["BY_NAME", "FLAGS", "Flag", "IpuConfigError", "engine_options", "target", "value"]
 
-MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
 MAX_DEVICES = 64  # an IPU-POD64: the largest system the model describes
 
 
@@ -80,21 +88,23 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "jax_ipu_model_version", str, "ipu2",
-        "The IPU the model emulates: ipu1 (GC2), ipu2 (GC200, M2000), ipu21 (Bow, C600).",
-        "'ipu1', 'ipu2' or 'ipu21'", lambda v: v in MODEL_VERSIONS,
+        "The IPU the model emulates: "
+        + ", ".join(f"{v} ({PRODUCTS[v]})" for v in VERSIONS) + ".",
+        ", ".join(map(repr, VERSIONS[:-1])) + f" or {VERSIONS[-1]!r}", lambda v: v in VERSIONS,
     ),
     Flag(
         "jax_ipu_model_num_tiles", int, 0,
-        "Tiles per IPU Model device; 0 means the full chip (1216 on ipu1, 1472 on ipu2/ipu21).",
+        "Tiles per IPU Model device; 0 means the full chip ("
+        + ", ".join(f"{n} on {v}" for v, n in FULL_CHIP_TILES.items()) + ").",
         "0 (full chip) or a whole number of tiles from 1 to the chip's tile count",
-        lambda v: v >= 0,
+        lambda v: v >= 0,  # the chip's count is checked with the version, by get_target
     ),
     Flag(
-        "jax_ipu_available_memory_proportion", float, 0.6,
+        "jax_ipu_available_memory_proportion", float, DEFAULT_AVAILABLE_MEMORY_PROPORTION,
         "Share of each tile's memory that matmuls and convolutions may plan their temporaries "
         "in, as PopLibs' availableMemoryProportion: lower fits larger programs, at some cost "
         "in cycles.",
-        "a number greater than 0 and at most 1, e.g. 0.3", lambda v: 0 < v <= 1,
+        "a number greater than 0 and at most 1, e.g. 0.3", memory_proportion_ok,
     ),
     Flag(
         "jax_ipu_device_count", int, -1,
@@ -108,6 +118,12 @@ FLAGS: tuple[Flag, ...] = (
         "Comma-separated device ids to expose, e.g. '0,1'; empty means all.",
         f"'' or distinct comma-separated ids below {MAX_DEVICES}, e.g. '0,1'",
         _visible_ok,
+    ),
+    Flag(
+        "jax_ipu_tile_cache_dir", str, "",
+        "Where jax_ipu.tile keeps custom C++ vertices built for the host, by content hash; "
+        "empty means <user cache dir>/jax_ipu/vertices ($XDG_CACHE_HOME or ~/.cache).",
+        "'' or a directory path", lambda v: True,
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
@@ -155,6 +171,14 @@ def value(name: str) -> Any:
         return env_value(flag)
 
 
+def target() -> Target:
+    """The IPU Model target the flags choose (version, tiles, memory proportion), checked
+    together by model.targets.get_target."""
+    num_tiles = value("jax_ipu_model_num_tiles")
+    return get_target(value("jax_ipu_model_version"), num_tiles or None,
+                      value("jax_ipu_available_memory_proportion"))
+
+
 def source(name: str) -> str:
     """Where a flag's current value comes from: 'config', 'env' or 'default'."""
     flag = BY_NAME[name]
@@ -180,7 +204,8 @@ ENGINE_OPTIONS: dict[str, str] = {
 def _json_options(var: str, known: dict[str, str], strings: set[str], example: str
                   ) -> dict[str, Any]:
     """The JSON object in environment variable `var`: known keys only, booleans unless listed
-    in `strings`; malformed JSON, unknown keys or bad booleans raise, naming the key."""
+    in `strings` (non-empty JSON strings: a path); malformed JSON, unknown keys, bad booleans
+    or a path that is not a string (null, a number) raise, naming the key and an example."""
     import json
 
     raw = os.environ.get(var, "").strip()
@@ -203,12 +228,18 @@ def _json_options(var: str, known: dict[str, str], strings: set[str], example: s
                 f"{', '.join(sorted(known))}."
             )
         if key in strings:
-            options[key] = str(val)
+            if not isinstance(val, str) or not val.strip():
+                raise IpuConfigError(
+                    f"Option {key!r} in {var} must be a directory name as a non-empty JSON "
+                    f"string, got {json.dumps(val)}. Example: {example}"
+                )
+            options[key] = val
             continue
         text = str(val).strip().lower()
         if text not in ("true", "false"):
             raise IpuConfigError(
-                f"Option {key!r} in {var} must be \"true\" or \"false\", got {val!r}."
+                f"Option {key!r} in {var} must be \"true\" or \"false\", got "
+                f"{json.dumps(val)}. Example: {example}"
             )
         options[key] = text == "true"
     return options

@@ -88,7 +88,10 @@ class InfeedQueue:
         self.name = name
         self._items: list[collections.deque[tuple[np.ndarray, ...]]] = [
             collections.deque() for _ in range(replicas)]
-        self._served = [0] * replicas
+        # Batches put since the queue was last empty (a fill, e.g. one epoch's), per device: the
+        # count an empty queue's error gives. A call's own boundaries are not visible from a
+        # host callback, so the count is the fill's, not the queue's whole life.
+        self._filled = [0] * replicas
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -128,17 +131,18 @@ class InfeedQueue:
             # A copy: the caller may reuse its buffer before the device reads this batch.
             arrays.append(np.array(array, copy=True))
         with self._lock:
-            if lead:
-                for k, items in enumerate(self._items):
-                    items.append(tuple(a[k] for a in arrays))
-            else:
-                self._items[0].append(tuple(arrays))
+            for k, items in enumerate(self._items):
+                if not items:
+                    self._filled[k] = 0
+                items.append(tuple(a[k] for a in arrays) if lead else tuple(arrays))
+                self._filled[k] += 1
 
     def clear(self) -> None:
         """Drop every waiting batch."""
         with self._lock:
             for items in self._items:
                 items.clear()
+            self._filled = [0] * self.replicas
 
     def get(self, axis_name: AxisName | None = None) -> Any:
         """The next batch (device side, inside the jitted function; in a loop, one per step).
@@ -156,13 +160,15 @@ class InfeedQueue:
             items = self._items[k]
             if not items:
                 device = f" for device {k}" if self.replicas > 1 else ""
+                filled = self._filled[k]
+                what = (f"after reading all {filled} put since the queue was last empty, and "
+                        "none has been put since" if filled else
+                        "but none has been put since the queue was made or cleared")
                 raise IpuFeedError(
-                    f"{self._label()} is empty: the program asked for batch "
-                    f"{self._served[k] + 1}{device}, but only {self._served[k]} were put. Put "
-                    "one batch per get() the call makes (e.g. every batch of the epoch) before "
-                    "calling the jitted function."
+                    f"{self._label()} is empty: the program asked for a batch{device} {what}. "
+                    "Put one batch per get() the call makes (e.g. every batch of the epoch) "
+                    "before calling the jitted function."
                 )
-            self._served[k] += 1
             return list(items.popleft())
 
     def _label(self) -> str:

@@ -143,4 +143,7 @@ def initialize() -> None:
     _internals.register_plugin(PLATFORM, priority=400,
                                c_api=slots.install(distributed_state))
     lowering.register(PLATFORM)
+    # Moves between memory kinds inside programs (Streaming Memory), as on tpu and gpu.
+    _internals.register_lowering(_internals.device_put_p,
+                                 _internals.device_put_memory_kind_lowering, platform=PLATFORM)
     _initialized = True

@@ -5,6 +5,8 @@ Messages must name the op, the dtype, the user's source line, the chip, and a wa
 from __future__ import annotations
 
 import inspect
+import os
+import sysconfig
 
 import jax
 import jax.numpy as jnp
@@ -18,8 +20,8 @@ from jax_ipu.compiler.checks import (
     _Checker,
     check_program,
     compile_caller,
-    library_of,
 )
+from jax_ipu.compiler.frames import library_of, python_own, user
 from jax_ipu.compiler.program import read_program
 from jax_ipu.errors import IpuCompileError
 from jax_ipu.model.ir import SourceLocation
@@ -164,6 +166,41 @@ def test_library_frames_are_named_with_the_callers_line():
     assert where == (" at /venv/lib/python3.11/site-packages/optax/_src/transform.py:90 "
                      "(update_fn) inside the library 'optax', called from your code at "
                      "/home/me/train.py:12 (step)", frames)
+
+
+STDLIB = sysconfig.get_path("stdlib")
+
+
+def test_your_code_is_neither_jax_a_library_nor_pythons_own():
+    assert user("/home/me/train.py") and user("<string>") and user("<stdin>")
+    assert user(__file__)
+    assert not user("<frozen runpy>") and python_own("<frozen runpy>")
+    assert not user(os.__file__) and python_own(os.__file__)
+    assert not user(f"{STDLIB}/concurrent/futures/thread.py")
+    assert not user(jax.__file__) and not python_own(jax.__file__)
+    assert not user("/venv/lib/python3.11/site-packages/optax/_src/alias.py")
+
+
+def _where(frames) -> str:
+    checker = _Checker(read_program(portable_artifact(to_bf16, np.ones((3,), F32))),
+                       get_target("ipu2"), None)
+    return checker.where(SourceLocation(*frames[0], frames=frames))[0]
+
+
+def test_pythons_own_frames_are_never_your_code():
+    # A library run with `python -m`: only the library and runpy are on the stack.
+    app = "/venv/lib/python3.11/site-packages/app/__main__.py"
+    assert _where(((app, 13, "main"), ("<frozen runpy>", 88, "_run_code"),
+                   ("<frozen runpy>", 198, "_run_module_as_main"))) == (
+        f" at {app}:13 (main) inside the library 'app', with no code of yours on the call "
+        "stack")
+    # Called through the standard library (a thread pool) from the user's line.
+    optax = "/venv/lib/python3.11/site-packages/optax/_src/transform.py"
+    assert _where(((optax, 90, "update_fn"),
+                   (f"{STDLIB}/concurrent/futures/thread.py", 58, "run"),
+                   ("/home/me/train.py", 12, "step"))) == (
+        f" at {optax}:90 (update_fn) inside the library 'optax', called from your code at "
+        "/home/me/train.py:12 (step)")
 
 
 def test_an_op_without_a_line_points_at_the_compiling_call():

@@ -102,6 +102,32 @@ def test_a_bad_entry_is_compiled_again_with_a_warning(tmp_path, damage):
     assert again["ipu"] == fresh["ipu"]
 
 
+def test_a_planted_pickle_in_the_cache_is_refused_without_running(tmp_path):
+    """An entry rewritten to hold a pickle that creates a file when loaded (behind the header
+    format 1 accepted, with a correct checksum): refused, nothing runs, compiled afresh."""
+    from jax._src import compilation_cache
+
+    from tests.test_serialized import old_format_payload
+
+    cache, planted = tmp_path / "cache", tmp_path / "planted"
+    first = run(cache)
+    entries = list(cache.glob("jit_step*"))
+    assert entries
+    for entry in entries:
+        data = compilation_cache.decompress_executable(entry.read_bytes())
+        executable, time = compilation_cache.extract_executable_and_time(data)
+        metadata = executable[:executable.index(b"JAX-IPU EXECUTABLE")]  # jaxlib's own
+        entry.write_bytes(compilation_cache.compress_executable(
+            compilation_cache.combine_executable_and_time(
+                metadata + old_format_payload(planted), time)))
+    again = run(cache)
+    assert not planted.exists()
+    assert again["hits"] == 0
+    assert any("Error reading persistent compilation cache entry" in w
+               and "of format 1, not 2" in w for w in again["warnings"]), again["warnings"]
+    assert again["ipu"] == first["ipu"]
+
+
 def test_serialize_executable_round_trips_on_ipu():
     ipu = jax.devices("ipu")[0]
     x = jax.device_put(np.arange(12, dtype=np.float32).reshape(3, 4), ipu)

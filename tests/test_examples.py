@@ -48,6 +48,17 @@ CASES: dict[str, tuple[list[str], dict[str, tuple[str, float]], list[str]]] = {
         {"test_accuracy": (">", 0.85), "train_accuracy": (">", 0.99)},
         ["gnn_training.png"],
     ),
+    "optimizer_state_offload": (
+        ["--steps", "20"],
+        {"final_loss": ("<", 3.2)},
+        ["optimizer_state_offload_loss.png"],
+    ),
+    "tile_quickstart": (["--size", "256"], {"max_error": ("<", 1e-4)}, []),
+    "tile_heat_equation": (
+        ["--tiles", "32", "--rows", "4", "--cols", "32", "--steps", "20"],
+        {"bit_equal": (">", 0.5), "checksum": (">", 0.0)},
+        [],
+    ),
 }
 
 _runs: dict[tuple[str, str], tuple[subprocess.CompletedProcess, dict[str, str], Path]] = {}
@@ -160,6 +171,22 @@ def test_infeed_example_compares_the_guide_steps(tmp_path_factory: pytest.TempPa
     assert "only on the ipu platform" in cpu
 
 
+def test_offload_example_fits_only_with_the_state_in_streaming_memory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    proc, summary, _ = run_example("optimizer_state_offload", "ipu", tmp_path_factory)
+    assert (summary["onchip_fits"], summary["offload_fits"]) == ("0", "1")
+    assert summary["state_kind"] == "pinned_host"
+    # 3,168,512 parameters: two float32 moments each, 24.17 MiB, all in Streaming Memory
+    assert float(summary["streaming_mib"]) == pytest.approx(8 * 3_168_512 / 2**20, rel=1e-3)
+    assert float(summary["offload_tile_kib"]) < 624 < float(summary["onchip_tile_kib"])
+    # Offloading costs the moves over the gateway: each step reads and writes the whole state.
+    assert float(summary["offload_step_ms"]) > float(summary["onchip_step_ms"])
+    assert "verdict: DOES NOT FIT" in proc.stdout and "verdict: FITS" in proc.stdout
+    cpu = run_example("optimizer_state_offload", "cpu", tmp_path_factory)[1]
+    assert cpu["state_kind"] == "pinned_host"
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_model_view(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     proc, _, plots = run_example(name, "ipu", tmp_path_factory)
@@ -230,3 +257,18 @@ def test_plot_without_matplotlib_is_refused_before_any_work(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert "--plot needs matplotlib, which is not installed: pip install matplotlib" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_tile_examples_model_figures(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The heat example's model figures come from the same programs on both platforms; the
+    # quickstart's cycle counts equal the report's cycles between them on ipu (0 on cpu).
+    ipu = run_example("tile_heat_equation", "ipu", tmp_path_factory)[1]
+    cpu = run_example("tile_heat_equation", "cpu", tmp_path_factory)[1]
+    for key in ("tile_cycles", "vertex_cycles", "plain_cycles", "tile_max_tile_bytes",
+                "vertex_max_tile_bytes", "plain_max_tile_bytes", "checksum"):
+        assert ipu[key] == cpu[key], key
+    # One C++ vertex a step costs fewer cycles than nine lax vertices a step.
+    assert int(ipu["vertex_cycles"]) < int(ipu["tile_cycles"])
+    quick = run_example("tile_quickstart", "ipu", tmp_path_factory)[1]
+    assert int(quick["counted_cycles"]) == int(quick["report_cycles"]) > 0
+    assert run_example("tile_quickstart", "cpu", tmp_path_factory)[1]["counted_cycles"] == "0"

@@ -4,6 +4,7 @@ host transfers; and the errors of bad use."""
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import jax
@@ -160,19 +161,46 @@ def test_put_refuses_wrong_structure_shape_and_dtype_and_keeps_a_copy():
     assert np.asarray(got[0]).any() and got[0].devices() == {IPU}
 
 
-def test_empty_queue_fails_the_call_with_a_clear_error():
+EMPTY = ("InfeedQueue 'train' is empty: the program asked for a batch after reading all {n} put "
+         "since the queue was last empty, and none has been put since. Put one batch per get() "
+         "the call makes (e.g. every batch of the epoch) before calling the jitted function.")
+
+
+def test_empty_queue_fails_the_call_with_the_queues_error_first():
     feed, out = jax_ipu.InfeedQueue(BATCH, name="train"), jax_ipu.OutfeedQueue()
     epoch = _train_fori(feed, out)
+
+    def w():  # the epoch donates its argument, even to a call that fails
+        return jax.device_put(np.zeros((3, 3), np.float32), IPU)
+
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        epoch(w())
+    assert str(info.value).startswith(
+        "INVALID_ARGUMENT: InfeedQueue 'train' is empty: the program asked for a batch but "
+        "none has been put since the queue was made or cleared. Put one batch per get()")
     for batch in _batches()[:3]:
         feed.put(batch)
-    with pytest.raises(Exception, match=r"InfeedQueue 'train' is empty: the program asked for "
-                                        r"batch 4, but only 3 were put"):
-        epoch(jax.device_put(np.zeros((3, 3), np.float32), IPU))
-    # The queue is usable again once filled.
-    for batch in _batches():
-        feed.put(batch)
-    w = epoch(jax.device_put(np.zeros((3, 3), np.float32), IPU))
-    assert len(feed) == 0 and np.isfinite(np.asarray(w)).all()
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        epoch(w())
+    # The queue's own words come first, then the callback's traceback (not jaxlib's INTERNAL
+    # "CpuCallback error calling callback: Traceback..." with them buried at the end).
+    message = str(info.value)
+    assert message.startswith(f"INVALID_ARGUMENT: {EMPTY.format(n=3)}\n\nRaised by a host "
+                              "callback while the program ran; its traceback:\nTraceback")
+    assert "CpuCallback" not in message and "IpuFeedError" not in message
+    # The queue is usable again once filled; its count is of this fill, not of its whole life.
+    for _ in range(3):
+        for batch in _batches():
+            feed.put(batch)
+        trained = epoch(w())
+    assert len(feed) == 0 and np.isfinite(np.asarray(trained)).all()
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(EMPTY.format(n=STEPS))):
+        epoch(w())
+    feed.put(_batches()[0])
+    feed.clear()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="none has been put since the queue "
+                                                         "was made or cleared"):
+        epoch(w())
 
 
 def test_feeds_inside_a_differentiated_function():

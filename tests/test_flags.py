@@ -151,3 +151,16 @@ def test_a_bad_float_value_is_refused_at_update():
             print("ERROR", e)
     """)
     assert "ERROR" in proc.stdout and "jax_ipu_available_memory_proportion" in proc.stdout
+
+
+def test_the_chip_flags_take_their_values_from_the_targets():
+    from jax_ipu.model import targets
+
+    version = config.BY_NAME["jax_ipu_model_version"]
+    assert [v for v in ("ipu0", *targets.VERSIONS, "ipu3") if version.check(v)] == \
+        list(targets.VERSIONS)
+    assert all(f"{n} on {v}" in config.BY_NAME["jax_ipu_model_num_tiles"].help
+               for v, n in targets.FULL_CHIP_TILES.items())
+    proportion = config.BY_NAME["jax_ipu_available_memory_proportion"]
+    assert proportion.default == targets.DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    assert proportion.check is targets.memory_proportion_ok

@@ -33,6 +33,7 @@ def test_clock_fields_are_the_calls_and_transfers_made():
     assert spent["stream_setup"] == put.setup_cycles + get.setup_cycles
     assert spent["host_to_device"] == put.link_cycles
     assert spent["device_to_host"] == get.link_cycles
+    assert spent["host_staging"] == put.staging_cycles + get.staging_cycles > 0
     assert spent["compute"] == 3 * round(report.cycles.compute)
     assert spent["sync"] == 3 * round(report.cycles.sync)
     assert jax_ipu.clock(ipu).cycles == sum(after.values())

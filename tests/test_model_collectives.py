@@ -48,7 +48,7 @@ def _collective(kind: str, nbytes: int, groups=None, **attrs) -> Op:
     if groups is not None:
         attrs["replica_groups"] = groups
     add = Op("stablehlo.add", (F32, F32), (F32,), (100, 101), (102,))
-    regions = [Region((100, 101), (F32, F32), [add], (102,))] if kind in (
+    regions = [Region((100, 101), [add], (102,))] if kind in (
         "all_reduce", "reduce_scatter") else []
     return Op(f"stablehlo.{kind}", (t,), (t,), (0,), (1,), attrs, regions=regions)
 

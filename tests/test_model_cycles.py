@@ -38,8 +38,9 @@ def _spec(*shape, dtype=jnp.float32):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def _report(fn, *args, version="ipu2", tiles=None, **kw):
-    return analyze(read_program(portable_artifact(fn, *args, **kw)), get_target(version, tiles))
+def _report(fn, *args, version="ipu2", tiles=None, amp=0.6, **kw):
+    return analyze(read_program(portable_artifact(fn, *args, **kw)),
+                   get_target(version, tiles, amp))
 
 
 def _busiest_worker(vectors: int) -> int:
@@ -157,7 +158,8 @@ def test_matmul_plan_hand_computed():
     plan = plan_matmul(1, 64, 64, 64, 2, target)
     assert plan.splits == (1, 4, 4, 1) and plan.serial == 1
     received = 16 * 64 * 2 * (1 - 1 / 4) * 2
-    assert plan.workspace_bytes_per_tile == received + 16 * 16 * 4
+    # one pass over the whole of K: the float32 partial sums stay in the AMP's accumulators
+    assert plan.workspace_bytes_per_tile == received
     assert plan.exchange_cycles == SETUP + received / EXCHANGE_BYTES_PER_TILE_CYCLE
     amp = (64 // AMP_BLOCK_INPUTS) * (64 + 16 * AMP_BLOCK_INPUTS // AMP_FP16_INPUTS_PER_CYCLE)
     assert plan.compute_cycles == V + amp
@@ -256,3 +258,34 @@ def test_ops_without_operands_cost_nothing_and_place_fine():
            Op("stablehlo.partition_id", (), (t,), (), (2,))]
     r = analyze(Program("jit_ids", (), (t, t), ops, (), (1, 2)), get_target("ipu2"))
     assert r.cycles.total == 0 and not r.warnings
+
+
+def conv3x3(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def test_thin_convolution_plans_the_amp_around_its_channels():
+    # A 3x3 float32 convolution of a 4-channel image: one kernel position at a time the AMP
+    # holds 4 of its 16-deep inputs (9 blocks per output); folding the kernel width into the
+    # channels makes 12 (3 blocks), at the price of a widened copy of the input.
+    x, w = _spec(8, 224, 224, 4), _spec(3, 3, 4, 64)
+    (row,) = [o for o in _report(conv3x3, x, w).ops if o.kind == "convolution"]
+    assert row.plan.startswith("AMP on channels widened by the kernel width")
+    assert row.runner_up.startswith("AMP on the whole kernel folded into channels")
+    # 401,408 output rows on 1472 tiles (273 each), 64 channels on 8 fp32 units (8 groups):
+    # per block a 64-cycle weight load, then 273 rows at 16 / 2 = 8 cycles.
+    units, inputs = get_target("ipu2").amp_shape(4)
+    assert (units, inputs) == (8, 2)
+    amp = 8 * 3 * (64 + 273 * AMP_BLOCK_INPUTS // inputs)
+    assert row.compute_cycles == V + amp
+
+
+def test_thin_convolution_depends_on_the_memory_proportion():
+    # the widened input (273 rows x 12 channels x 4 B a tile) does not fit in 2% of a tile:
+    # the plan falls back to one kernel position at a time, three times the AMP passes
+    x, w = _spec(8, 224, 224, 4), _spec(3, 3, 4, 64)
+    rows = {amp: next(o for o in _report(conv3x3, x, w, amp=amp).ops
+                      if o.kind == "convolution") for amp in (0.6, 0.02)}
+    assert rows[0.02].plan.startswith("AMP, one kernel position at a time")
+    assert rows[0.02].cycles > 2.5 * rows[0.6].cycles

@@ -24,6 +24,7 @@ from jax_ipu.model.cycles import host_transfer_cycles as runtime_import
 from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.targets import (
     CALL_HOST_SYNCS,
+    HOST_STAGING_BYTES_PER_S,
     HOST_SYNC_S,
     IPU2_CLOCK_HZ,
     IPU2_DEVICE_TO_HOST_BYTES_PER_S,
@@ -51,8 +52,11 @@ def test_one_mib_each_way_hand_computed():
     assert down.link_cycles == math.ceil(MIB / IPU2_DEVICE_TO_HOST_BYTES_PER_S * IPU2_CLOCK_HZ)
     assert up.link_cycles == pytest.approx(197_537, abs=1)  # 149 us
     assert down.link_cycles == pytest.approx(475_975, abs=1)  # 358 us
-    assert up.total == SETUP + up.link_cycles
-    assert host_transfer_cycles(MIB, target, TO_HOST) == SETUP + down.link_cycles
+    # the host's staging copy between the user's array and the stream buffer (H-5): 273 us
+    staging = math.ceil(MIB / HOST_STAGING_BYTES_PER_S * IPU2_CLOCK_HZ)
+    assert up.staging_cycles == down.staging_cycles == staging == 363_179
+    assert up.total == SETUP + up.link_cycles + staging
+    assert host_transfer_cycles(MIB, target, TO_HOST) == SETUP + down.link_cycles + staging
     # the link back to the host is 2.4x slower (H-1: 56.5 against 23.5 Gbit/s)
     assert down.link_cycles / up.link_cycles == pytest.approx(7.06 / 2.93, rel=1e-4)
 
@@ -111,3 +115,11 @@ def test_host_callback_streams_out_and_back():
     assert row.host_cycles == host_transfer_cycles(4096, target, TO_HOST) + \
         host_transfer_cycles(4096, target, TO_DEVICE)
     assert r.cycles.host_exchange == row.host_cycles
+
+
+def test_staging_is_host_time_on_every_chip():
+    # the staging copy is the host's: the same microseconds at each chip's clock
+    for version in VERSIONS:
+        target = get_target(version)
+        assert host_transfer(MIB, target).staging_cycles / target.clock_hz == pytest.approx(
+            MIB / HOST_STAGING_BYTES_PER_S, rel=1e-5)

@@ -13,32 +13,38 @@ import numpy as np
 import pytest
 
 from jax_ipu import config
-from jax_ipu.compiler.judge import judge
 from jax_ipu.compiler.program import read_program
 from jax_ipu.errors import IpuConfigError, IpuOutOfMemoryError
 from jax_ipu.model import analyze
-from jax_ipu.model.mapping import linear_mapping, tiles_used
+from jax_ipu.model.code import code_per_tile
+from jax_ipu.model.costs import OpCost
+from jax_ipu.model.cycles import OpRow
+from jax_ipu.model.ir import Op, TensorType
+from jax_ipu.model.mapping import Layouts, Mapped, linear_mapping, tiles_used
 from jax_ipu.model.targets import (
+    AMP_WORKLIST_BYTES,
     CONTROL_CODE_BYTES_PER_STEP,
     CONTROL_CODE_BYTES_PER_TILE,
+    EXCHANGE_CODE_BYTES_PER_INSTRUCTION,
+    EXCHANGE_CODE_BYTES_PER_STEP,
     MIN_BYTES_PER_TILE,
+    POINTER_BYTES,
     TENSOR_GRAIN_BYTES,
     VERTEX_CODE_BYTES_PER_KIND,
-    VERTEX_STATE_BYTES_PER_OP,
+    VERTEX_DESCRIPTOR_BYTES,
     get_target,
 )
-from tests._lowering import portable_artifact
+from tests import _resnet50
+from tests._lowering import judge, portable_artifact
 from tests._subprocess import run_python
 
 F32 = jnp.float32
-# Code on every tile of a program made of one elementwise op: skeleton, one step, one codelet,
-# one vertex; no exchange.
-ONE_OP_CODE = (
-    CONTROL_CODE_BYTES_PER_TILE
-    + CONTROL_CODE_BYTES_PER_STEP
-    + VERTEX_CODE_BYTES_PER_KIND
-    + VERTEX_STATE_BYTES_PER_OP
-)
+# Code of a program made of one elementwise op: on every tile the skeleton and one step of
+# control code; on the op's tiles its codelet and one vertex (a descriptor and a pointer for
+# its operand and its result); no exchange.
+CONTROL_ONLY = CONTROL_CODE_BYTES_PER_TILE + CONTROL_CODE_BYTES_PER_STEP
+ONE_OP_CODE = CONTROL_ONLY + VERTEX_CODE_BYTES_PER_KIND + VERTEX_DESCRIPTOR_BYTES + \
+    2 * POINTER_BYTES
 
 
 def _spec(*shape, dtype=F32):
@@ -64,14 +70,17 @@ def test_linear_mapping_grain_and_minimum():
 
 
 def test_hand_computed_negate():
-    # float32[1024] = 4096 B -> 32 tiles x 128 B; the result goes on the next 32 tiles.
+    # float32[1024] = 4096 B -> 32 tiles x 128 B; the result goes on the next 32 tiles. The
+    # op's code sits on its 32 tiles, those of x.
     target = get_target("ipu2")
     r = analyze(read_program(portable_artifact(negate, _spec(1024))), target)
     m = r.memory
+    assert ONE_OP_CODE == 8192 + 16 + 1024 + 16
     assert m.code_bytes_per_tile == ONE_OP_CODE
     assert m.max_tile_bytes == 128 + ONE_OP_CODE
-    assert int((m.per_tile_bytes == 128 + ONE_OP_CODE).sum()) == 64
-    assert m.peak_bytes == 2 * 4096 + ONE_OP_CODE * 1472
+    assert int((m.per_tile_bytes == 128 + ONE_OP_CODE).sum()) == 32
+    assert int((m.per_tile_bytes == 128 + CONTROL_ONLY).sum()) == 32
+    assert m.peak_bytes == 2 * 4096 + CONTROL_ONLY * 1472 + (ONE_OP_CODE - CONTROL_ONLY) * 32
     assert m.by_category["inputs"] == 4096 and m.by_category["outputs"] == 4096
     assert m.argument_bytes == 4096 and m.output_bytes == 4096
     assert m.tiles_out_of_memory == []
@@ -198,8 +207,8 @@ def test_views_are_memory_of_what_they_view():
     def f(x, y, z):
         a, b = x * 2, y * 3
         c = jnp.concatenate([a, b])
-        d = jnp.exp(z)
-        return c.sum() + d.sum()
+        d = jnp.exp(z)  # read twice and costly: stored, not computed again in each reader
+        return c.sum() + d.sum() + d.max()
 
     n = 1472 * 256
     m = _judge_text(f, _spec(n), _spec(n), _spec(n), target=get_target("ipu2")).memory
@@ -283,3 +292,77 @@ def test_available_memory_proportion_refuses_values_outside_0_1(bad):
         flag.parse(bad)
     with pytest.raises(IpuConfigError, match="outside"):
         get_target("ipu2", None, float(bad) if bad != "most" else 2.0)
+
+
+def _code(fn, *args, tiles=None):
+    return analyze(read_program(portable_artifact(fn, *args)),
+                   get_target("ipu2", tiles)).memory.by_category
+
+
+def test_vertex_state_is_a_descriptor_and_a_pointer_per_field():
+    # a * b + c fused into one vertex on each of the 16 tiles of float32[16, 32]: fields a,
+    # b, c and the result
+    code = _code(lambda a, b, c: a * b + c, *[_spec(16, 32)] * 3, tiles=16)
+    assert code["vertex state"] == 16 * (VERTEX_DESCRIPTOR_BYTES + 4 * POINTER_BYTES) == 384
+    assert code["vertex code"] == 16 * 2 * VERTEX_CODE_BYTES_PER_KIND  # multiply, add
+
+
+def test_exchange_code_is_set_up_and_an_instruction_per_message():
+    # x.T + x on 16 tiles: one exchange step on each, receiving and sending once
+    code = _code(lambda x: x.T + x, _spec(64, 64), tiles=16)
+    per_tile = EXCHANGE_CODE_BYTES_PER_STEP + 2 * EXCHANGE_CODE_BYTES_PER_INSTRUCTION
+    assert code["exchange code"] == 16 * per_tile == 16 * 24
+
+
+def test_amp_vertex_carries_worklists_and_receives_from_each_holder():
+    # (64 x 64) @ (64 x 64) fp16 on 16 tiles, split 4 x 4: a tile receives its row block
+    # (1.5 KiB it lacks) from the 3 others sharing it, its column block likewise, and
+    # multicasts its own piece: 7 instructions in one exchange step. Its vertex holds
+    # pointers to the two operands and the result, and a worklist entry per worker.
+    code = _code(lambda a, b: a @ b, _spec(64, 64, dtype=jnp.float16),
+                 _spec(64, 64, dtype=jnp.float16), tiles=16)
+    assert code["exchange code"] == 16 * (EXCHANGE_CODE_BYTES_PER_STEP +
+                                          7 * EXCHANGE_CODE_BYTES_PER_INSTRUCTION)
+    assert code["vertex state"] == 16 * (VERTEX_DESCRIPTOR_BYTES + 3 * POINTER_BYTES +
+                                         6 * AMP_WORKLIST_BYTES)
+
+
+def test_identical_ops_share_their_code():
+    # two products alike in shapes and plan compile once (Poplar outlines them, G-7): the
+    # second adds only a call to the control program
+    a = _spec(64, 64, dtype=jnp.float16)
+    one = _code(lambda x, w: x @ w, a, a, tiles=16)
+    two = _code(lambda x, y, w: (x @ w, y @ w), a, a, a, tiles=16)
+    assert two["vertex state"] == one["vertex state"]
+    assert two["exchange code"] == one["exchange code"]
+    # the first product's steps take CONTROL_CODE_BYTES_PER_STEP of control code on each
+    # tile, the second's a call
+    assert one["control code"] == 16 * (CONTROL_CODE_BYTES_PER_TILE + CONTROL_CODE_BYTES_PER_STEP)
+    assert two["control code"] == one["control code"] + 16 * POINTER_BYTES
+
+
+def test_published_resnet50_training_fits_one_ipu_and_needs_its_recomputation():
+    # Graphcore trains ResNet-50 on one Mk2 IPU per replica at micro-batch 18 with
+    # recomputation and availableMemoryProportion 0.16 (G-8): the model must judge it to fit;
+    # without the recomputation it must not.
+    published = _resnet50.judged(18, True, 0.16).memory
+    assert not published.out_of_memory
+    assert published.max_tile_bytes > 0.75 * 638_976  # a near fit, not an empty chip
+    assert _resnet50.judged(18, False, 0.16).memory.out_of_memory
+
+
+def test_code_goes_on_the_tiles_an_op_says_it_runs_on():
+    # the hook for programs that place their own work: an op's explicit tiles carry its code
+    t = TensorType((8,), "float32")
+    op = Op("stablehlo.add", (t, t), (t,), (1, 2), (3,))
+    row = OpRow(op, "elementwise", OpCost(compute_cycles=10, syncs=1, tiles=2, on_tiles=(5, 9)))
+    code = code_per_tile([row], get_target("ipu2", 16))
+    assert list(np.flatnonzero(code["vertex state"])) == [5, 9]
+    assert code["vertex state"][5] == VERTEX_DESCRIPTOR_BYTES + 3 * POINTER_BYTES
+
+
+def test_a_value_placed_by_the_program_is_read_where_it_lies():
+    layouts = Layouts(16)
+    layouts.assign(7, Mapped.from_tiles(np.array([3, 3, 4, 4])))
+    tiles, _ = layouts.of(7, TensorType((4,), "float32")).locate(np.arange(4))
+    assert list(tiles) == [3, 3, 4, 4] and not layouts.planned(7)

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 
 import pytest
+from jaxlib import _hlo
 
 from jax_ipu.compiler.judge import PARTITIONER_NOTE, judge_partitioned
 from jax_ipu.compiler.partitioned import (
-    _replica_groups,
     entry_result_types,
     inserted_collectives,
     read_collectives,
@@ -39,8 +39,9 @@ LATENCY = IPU_LINK_SYNC_S_PER_HOP * IPU2_CLOCK_HZ + SYNC_CYCLES_PER_STEP + EXCHA
 MACHINE_RATE = IPU2_LINKS_PER_NEIGHBOUR * IPU2_LINK_BYTES_PER_S / IPU2_CLOCK_HZ
 
 # What XLA:CPU prints for a partitioned program (trimmed): a counted loop whose body
-# all-reduces and, inside a fusion, permutes; then an all-gather with no metadata.
-HLO = """\
+# all-reduces and, inside a fusion, permutes; then an all-gather with no metadata. XLA's own
+# parser turns it into the HloModuleProto the reader takes (proto() below).
+HLO_TEXT = """\
 HloModule jit_step, entry_computation_layout={(f32[2,4]{1,0})->f32[8,4]{1,0}}, num_partitions=4
 
 FileNames
@@ -98,6 +99,14 @@ dimensions={0}, use_global_device_ids=true
 F32 = TensorType((2, 4), "float32")
 
 
+def proto(text: str) -> bytes:
+    """The serialized HloModuleProto of HLO text, as XLA's parser makes it."""
+    return _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+
+
+HLO = proto(HLO_TEXT)
+
+
 def test_reader_keeps_collectives_and_the_loops_that_repeat_them():
     loop, gather = read_collectives(HLO)
     assert loop.kind == "while" and loop.trip_count == 5
@@ -127,13 +136,25 @@ def test_reader_keeps_collectives_and_the_loops_that_repeat_them():
     ("mesh['a'=2,'b'=2] {'a'}", [[0, 2], [1, 3]]),
     # device_ids lists which device sits at each mesh position (here the transpose).
     ("mesh['a'=2,'b'=2], device_ids=([2,2]T(1,0)) {'b'}", [[0, 2], [1, 3]]),
+    ("mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'b'}", [[0, 2], [1, 3]]),
+    ("mesh['a'=2,'b'=2], device_ids=(3,2,1,0) {'a'}", [[3, 1], [2, 0]]),
     # "x":(p)s is the middle factor of x = [p, s, rest]: (1)2 the major half, (2)2 the minor.
     ("mesh['x'=4,'y'=2] {'x':(1)2}", [[0, 4], [1, 5], [2, 6], [3, 7]]),
     ("mesh['x'=4,'y'=2] {'x':(2)2}", [[0, 2], [1, 3], [4, 6], [5, 7]]),
     ("mesh['x'=4,'y'=2] {'y','x':(2)2}", [[0, 2, 1, 3], [4, 6, 5, 7]]),
 ])
 def test_replica_group_forms(text, groups):
-    assert _replica_groups(f", channel_id=1, replica_groups={text}, dimensions={{0}}") == groups
+    devices = 8 if "8" in text or "'x'=4" in text else 4
+    module = proto(f"""\
+HloModule m, num_partitions={devices}
+
+ENTRY %main (x: f32[2]) -> f32[2] {{
+  %x = f32[2]{{0}} parameter(0)
+  ROOT %a = f32[2]{{0}} all-to-all(%x), channel_id=1, replica_groups={text}, dimensions={{0}}
+}}
+""")
+    (op,) = read_collectives(module)
+    assert op.kind == "all_to_all" and op.attributes["replica_groups"] == groups
 
 
 def test_collectives_of_the_programs_own_lines_are_not_read_twice():
@@ -187,19 +208,29 @@ def test_added_collectives_are_costed_and_counted_like_the_programs_own():
 
 def test_unreadable_partitioned_program_warns_and_keeps_the_report():
     before = _report()
-    after = judge_partitioned(Program("jit_step", (), (), [], num_partitions=4), before,
-                              "HloModule broken\n")
-    assert after.ops == before.ops and after.cycles == before.cycles
-    assert any("could not be read" in w for w in after.warnings)
+    for broken in (b"HloModule broken\n", HLO[:len(HLO) // 2], b""):
+        after = judge_partitioned(Program("jit_step", (), (), [], num_partitions=4), before,
+                                  broken)
+        assert after.ops == before.ops and after.cycles == before.cycles
+        assert any("could not be read" in w for w in after.warnings)
 
 
 def test_per_device_outputs_are_read_from_the_entry_signature():
-    hlo = ("HloModule m\n\nENTRY %main.4_spmd (param: f32[11,1], p2: s32[]) -> "
-           "(f32[11,1]{1,0}, pred[], token[]) {\n  ROOT %t = tuple()\n}\n")
-    assert entry_result_types(hlo) == (TensorType((11, 1), "float32"), TensorType((), "bool"),
-                                       TensorType((), "token"))
+    module = proto("""\
+HloModule m
+
+ENTRY %main.4_spmd (param: f32[11,1], p2: s32[]) -> (f32[11,1], pred[], token[]) {
+  %param = f32[11,1]{1,0} parameter(0)
+  %p2 = s32[] parameter(1)
+  %c = pred[] constant(true)
+  %t = token[] after-all()
+  ROOT %r = (f32[11,1]{1,0}, pred[], token[]) tuple(%param, %c, %t)
+}
+""")
+    assert entry_result_types(module) == (TensorType((11, 1), "float32"),
+                                          TensorType((), "bool"), TensorType((), "token"))
     with pytest.raises(ValueError, match="no ENTRY"):
-        entry_result_types("HloModule broken\n")
+        entry_result_types(b"")
 
 
 MLP = """

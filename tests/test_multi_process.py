@@ -94,10 +94,21 @@ def test_visible_devices_choose_local_ipus_and_ids_stay_global(tmp_path: Path) -
     assert first["pmap"]["psum"] == second["pmap"]["psum"]
 
 
-def test_processes_disagreeing_on_the_chip_are_refused(tmp_path: Path) -> None:
-    done = _launch("ipu", [{"JAX_IPU_MODEL_VERSION": "ipu2"},
-                           {"JAX_IPU_MODEL_VERSION": "ipu21"}], tmp_path)
+@pytest.mark.parametrize("variable, values, differ", [
+    ("JAX_IPU_MODEL_VERSION", ("ipu2", "ipu21"),
+     "process 0 has ipu2 with 1472 tiles and available memory proportion 0.6, process 1 has "
+     "ipu21 with 1472 tiles"),
+    # The proportion changes the plans of matmuls, so what the processes exchange.
+    ("JAX_IPU_AVAILABLE_MEMORY_PROPORTION", ("0.6", "0.3"),
+     "process 0 has ipu2 with 1472 tiles and available memory proportion 0.6, process 1 has "
+     "ipu2 with 1472 tiles and available memory proportion 0.3"),
+], ids=["version", "memory-proportion"])
+def test_processes_disagreeing_on_the_chip_are_refused(tmp_path: Path, variable: str,
+                                                        values: tuple[str, str],
+                                                        differ: str) -> None:
+    done = _launch("ipu", [{variable: value} for value in values], tmp_path)
     for proc in done:
         assert proc.returncode != 0
         assert "disagree on the IPU Model target" in proc.stderr, proc.stderr[-2000:]
-        assert "process 0 has ipu2 with 1472 tiles, process 1 has ipu21" in proc.stderr
+        assert differ in proc.stderr
+        assert "jax_ipu_available_memory_proportion alike in every process" in proc.stderr

@@ -107,6 +107,11 @@ def test_all_reports_match_the_model(tmp_path: Path) -> None:
     summary = (folder / "summary.txt").read_text()
     assert re.search(rf"Cycles per run: +{total:,.0f} \(approx", summary)
     assert f"{model['memory']['peak_bytes']:,}" in summary
+    # the matmul's plan and its runner-up, in the summary and the HTML op table
+    (dot,) = [op for op in model["ops"] if op["kind"] == "dot_general"]
+    assert dot["plan"].startswith("AMP, ") and "lost:" in dot["runner_up"]
+    assert f"plan: {dot['plan']}" in summary and f"runner-up: {dot['runner_up']}" in summary
+    assert "runner-up (why it lost)" in (folder / "report.html").read_text()
 
 
 def test_graph_profile_only_with_flops(tmp_path: Path) -> None:
@@ -148,6 +153,14 @@ def test_out_of_memory_program_is_reported(tmp_path: Path) -> None:
     ("PVTI_OPTIONS", '{"enabled": "true"}', "'enabled'"),
     ("PVTI_OPTIONS", '["enable"]', "must be a JSON object"),
     ("PVTI_OPTIONS", '{"enable": "maybe"}', "'enable'"),
+    # A path must be a string: null once made a directory named "None".
+    ("POPLAR_ENGINE_OPTIONS", '{"autoReport.all": "true", "autoReport.directory": null}',
+     "'autoReport.directory' in POPLAR_ENGINE_OPTIONS must be a directory name as a non-empty "
+     'JSON string, got null. Example: {"autoReport.all": "true", "autoReport.directory": '
+     '"./reports"}'),
+    ("POPLAR_ENGINE_OPTIONS", '{"autoReport.directory": 7}', "got 7. Example"),
+    ("PVTI_OPTIONS", '{"enable": "true", "directory": ""}', "'directory' in PVTI_OPTIONS"),
+    ("PVTI_OPTIONS", '{"enable": "true", "directory": ["a"]}', 'got ["a"]'),
 ])
 def test_bad_options_are_refused(monkeypatch: pytest.MonkeyPatch, var: str, raw: str,
                                  named: str) -> None:
@@ -157,6 +170,16 @@ def test_bad_options_are_refused(monkeypatch: pytest.MonkeyPatch, var: str, raw:
     with pytest.raises(IpuConfigError, match=var) as info:
         profile.from_environment()
     assert named in str(info.value)
+
+
+def test_a_null_directory_writes_no_report_folder(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS",
+                       '{"autoReport.all": "true", "autoReport.directory": null}')
+    with pytest.raises(IpuConfigError, match="autoReport.directory"):
+        profile.from_environment()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_options_without_effect_are_warned(monkeypatch: pytest.MonkeyPatch,

@@ -5,7 +5,11 @@ Also: a custom call with no IPU implementation fails at compile with its name an
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from tests._subprocess import run_python
@@ -118,6 +122,72 @@ def test_float64_made_inside_a_library_names_it_and_the_real_options(tmp_path: P
     # The user's own code makes no float64: the float32 advice for user code is not given.
     assert "keep the arrays float32 (e.g. .astype" not in refused
     assert "FIXED float32" in out  # and equal to cpu's step with x64 off
+
+
+USER_FLOAT64_PROGRAM = """
+    import sys
+    sys.path.insert(0, {site!r})
+    import jax, jax.numpy as jnp, numpy as np
+    import fakeopt
+
+    @jax.jit
+    def step(w, count):
+        mu = jnp.zeros(4, dtype=jnp.float64)
+        update, mu = fakeopt.scale_by_adam(w, mu, count)
+        return update
+
+    try:
+        step(*jax.device_put((np.ones(4, np.float32), np.int32(3)), jax.devices("ipu")[0]))
+    except Exception as e:
+        print("REFUSED", e)
+"""
+
+
+def _fake_library(tmp_path: Path, name: str = "fakeopt") -> Path:
+    package = tmp_path / "site-packages" / name
+    package.mkdir(parents=True)
+    shutil.copy(Path(__file__).with_name("_fake_optimizer.py"), package / "__init__.py")
+    return package.parent
+
+
+def test_float64_your_own_line_makes_is_named_before_the_library(tmp_path: Path):
+    out = run_python(USER_FLOAT64_PROGRAM.format(site=str(_fake_library(tmp_path))),
+                     env=X64).stdout
+    hint = out.split("How to fix float64: ")[1]
+    # The user's line wrote dtype=jnp.float64: the advice names it, and never says the float64
+    # is not the user's.
+    assert hint.startswith("your code makes float64 at <string>:9 (step): use float32")
+    assert "not in your code" not in hint
+    assert "'fakeopt' also computes in float64" in hint  # its own power of a Python float
+
+
+def test_a_library_run_by_python_m_names_no_frame_of_runpy(tmp_path: Path):
+    site = _fake_library(tmp_path)
+    app = site / "fakeapp"
+    app.mkdir()
+    (app / "__main__.py").write_text(textwrap.dedent("""
+        import jax, numpy as np
+        import fakeopt
+
+        @jax.jit
+        def step(w, mu, count):
+            return fakeopt.scale_by_adam(2 * w, mu, count)
+
+        args = (np.ones(4, np.float32), np.zeros(4, np.float32), np.int32(3))
+        try:
+            step(*jax.device_put(args, jax.devices("ipu")[0]))
+        except Exception as e:
+            print("REFUSED", e)
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_IPU_", "POPLAR_"))}
+    env.update(X64, PYTHONPATH=str(site), TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-m", "fakeapp"], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path).stdout
+    assert "REFUSED" in out
+    assert "runpy" not in out and "your code at" not in out
+    assert f"compiled for the call at {app / '__main__.py'}:11 (<module>) inside the library " \
+        "'fakeapp', with no code of yours on the call stack" in out
+    assert "the float64 is made inside 'fakeopt', not in your code" in out
 
 
 def test_eager_ops_name_the_line_of_each_call():

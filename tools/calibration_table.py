@@ -2,7 +2,7 @@
 
 The points (programs, published figures, reasons for failures) live in the tests only; this
 script puts the model's current figures for them into the doc, between its two markers.
-Run from the repository root: .venv/bin/python tools/calibration_table.py [--check]"""
+Run from the repository root: .venv/bin/python tools/calibration_table.py [--check | --errors]"""
 
 from __future__ import annotations
 
@@ -12,14 +12,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_calibration import BEGIN, DOC, END, doc_table, table  # noqa: E402
+from tests.test_calibration import (  # noqa: E402
+    BEGIN,
+    DOC,
+    END,
+    dataset_table,
+    doc_table,
+    table,
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if the doc's table is stale, without writing it")
+    parser.add_argument("--errors", action="store_true",
+                        help="print the fitted and held-back errors of each data set only")
     args = parser.parse_args()
+    if args.errors:
+        print("\n".join(dataset_table()))
+        return 0
     new = table()
     if args.check:
         stale = doc_table() != new

@@ -5,13 +5,13 @@ One error names the user's call, lists each offending op with its line (and libr
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
 
 from jax_ipu import _internals
-from jax_ipu.compiler.program import internal_frame
+from jax_ipu.compiler import frames as frame_of
+from jax_ipu.compiler.frames import Frame, library_of
 from jax_ipu.errors import IpuCompileError
 from jax_ipu.model.ir import Op, Program, SourceLocation, TensorType
 from jax_ipu.model.targets import Target
@@ -25,6 +25,8 @@ ALLOWED_CUSTOM_CALLS: dict[str, str] = {
     "SPMDFullToShardShape": "sharding annotation; a single device needs no reshaping",
     "SPMDShardToFullShape": "sharding annotation; a single device needs no reshaping",
     "annotate_device_placement": "memory-kind annotation; no computation",
+    "LayoutConstraint": "with_sharding_constraint with a concrete Layout: XLA:CPU's layout "
+                        "assignment honours it in the numerics; tile memory has no XLA layout",
     "dce_sink": "keeps a value alive against dead-code elimination; no computation",
     "InspectSharding": "jax.debug.inspect_array_sharding; the partitioner consumes it",
     "xla_python_cpu_callback": "host callback, run on the host by the runtime",
@@ -37,10 +39,7 @@ _X64_HINT = ("use float32; if you enabled jax_enable_x64, keep the arrays float3
              "(e.g. .astype(jnp.float32)), trace this program with x64 off "
              "(`with jax.enable_x64(False):` around the call), or disable x64")
 _COMPLEX_HINT = "the IPU has no complex arithmetic: keep real and imaginary parts as float32"
-# Where installed packages live: a frame there is a library's, not code the user wrote.
-_INSTALLED = ("site-packages", "dist-packages")
 
-Frame = tuple[str, int, "str | None"]
 
 
 def _hint(dtype: str, target: Target) -> str:
@@ -60,26 +59,36 @@ def _hint(dtype: str, target: Target) -> str:
     return f"use one of: {', '.join(sorted(target.supported_dtypes - {'token'}))}"
 
 
-def _library_hint(libraries: list[str]) -> str:
+_X64_OFF = (
+    "trace the program with x64 off, `with jax.enable_x64(False):` around the call (jax "
+    "traces at the first call; the library then computes in float32), or turn x64 off for the "
+    "process (jax.config.update('jax_enable_x64', False) or JAX_ENABLE_X64=0), or run this "
+    "computation on the cpu device. The IPU has no float64, and jax-ipu never demotes it to "
+    "float32 silently"
+)
+_SHOWN_LINES = 3
+
+
+def _float64_hint(made: list[tuple[Frame, ...]]) -> str:
+    """What to do about float64, by who made it: the user's own lines first (they are what
+    the user can change), then the libraries that compute in float64 by themselves."""
+    yours = list(dict.fromkeys(_frame_text(f[0]) for f in made if frame_of.user(f[0][0])))
+    libraries = sorted({name for f in made if (name := library_of(f[0][0])) is not None})
     names = " and ".join(f"'{name}'" for name in libraries)
-    return (
-        f"the float64 is made inside {names}, not in your code: with jax_enable_x64 on, the "
-        "library computes in float64 whatever your arrays are, so keeping them float32 cannot "
-        "remove it. Either trace the program with x64 off, `with jax.enable_x64(False):` "
-        "around the call (jax traces at the first call; the library then computes in float32), "
-        "or turn x64 off for the process (jax.config.update('jax_enable_x64', False) or "
-        "JAX_ENABLE_X64=0), or run this computation on the cpu device. The IPU has no float64, "
-        "and jax-ipu never demotes it to float32 silently"
-    )
-
-
-def library_of(filename: str) -> str | None:
-    """The installed package a frame's file belongs to (site-packages/NAME/...), else None."""
-    parts = os.path.normpath(filename).split(os.sep)
-    for i, part in enumerate(parts[:-1]):
-        if part in _INSTALLED:
-            return parts[i + 1].removesuffix(".py")
-    return None
+    if not yours:
+        if not libraries:
+            return _X64_HINT
+        return (f"the float64 is made inside {names}, not in your code: with jax_enable_x64 "
+                "on, the library computes in float64 whatever your arrays are, so keeping them "
+                f"float32 cannot remove it. Either {_X64_OFF}")
+    more = len(yours) - _SHOWN_LINES
+    lines = ", ".join(yours[:_SHOWN_LINES]) + (f" and {more} more" if more > 0 else "")
+    hint = f"your code makes float64 at {lines}: {_X64_HINT}"
+    if libraries:
+        hint += (f". {names} also compute{'s' if len(libraries) == 1 else ''} in float64 "
+                 "(the lines above inside it); if that remains once your own values are "
+                 f"float32: {_X64_OFF}")
+    return hint
 
 
 def _frame_text(frame: Frame) -> str:
@@ -88,13 +97,16 @@ def _frame_text(frame: Frame) -> str:
 
 
 def _describe(frames: tuple[Frame, ...]) -> str:
-    """Where the innermost frame is; when it is a library's, also the user's line calling it."""
-    library = library_of(frames[0][0])
-    if library is None:
+    """Where the innermost frame is; when it is a library's, also the user's line calling it,
+    or that no code of the user's is on the stack (e.g. a library run by `python -m`)."""
+    if frame_of.user(frames[0][0]):
         return _frame_text(frames[0])
-    text = f"{_frame_text(frames[0])} inside the library '{library}'"
-    user = next((f for f in frames if library_of(f[0]) is None), None)
-    return f"{text}, called from your code at {_frame_text(user)}" if user else text
+    library = library_of(frames[0][0])
+    text = _frame_text(frames[0]) + (f" inside the library '{library}'" if library else "")
+    user = next((f for f in frames if frame_of.user(f[0])), None)
+    if user is None:
+        return f"{text}, with no code of yours on the call stack"
+    return f"{text}, called from your code at {_frame_text(user)}"
 
 
 def _frames_of(location: SourceLocation) -> tuple[Frame, ...]:
@@ -144,7 +156,8 @@ def compile_caller() -> Caller | None:
         outer = stack[codes.index(compiling) + 1:]
         frames = tuple((f.f_code.co_filename, f.f_lineno,
                         getattr(f.f_code, "co_qualname", f.f_code.co_name))
-                       for f in outer if not internal_frame(f.f_code.co_filename))
+                       for f in outer if not frame_of.internal(f.f_code.co_filename)
+                       and not frame_of.python_own(f.f_code.co_filename))
         if frames:
             callers.append(Caller(frames, any(f.f_code is eager for f in outer)))
     return callers[0] if len(callers) == 1 else None
@@ -222,13 +235,7 @@ class _Checker:
         lines = []
         for dtype in sorted({p.dtype for p in problems if p.dtype}):
             made = [p.frames for p in problems if p.dtype == dtype and p.frames]
-            libraries = sorted({name for frames in made
-                                if (name := library_of(frames[0][0])) is not None})
-            hint = _hint(dtype, self.target)
-            if dtype == "float64" and libraries:
-                hint = _library_hint(libraries) + (
-                    f". Where your own code makes float64: {hint}"
-                    if any(library_of(frames[0][0]) is None for frames in made) else "")
+            hint = _float64_hint(made) if dtype == "float64" else _hint(dtype, self.target)
             lines.append(f"How to fix {dtype}: {hint}.")
         return lines
 

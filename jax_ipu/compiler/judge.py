@@ -1,6 +1,7 @@
-"""The compiler's verdict on one program: read it, refuse what the chip lacks, model it.
+"""The compiler's verdict on a program read from StableHLO: refuse what the chip lacks, model it.
 
-The runtime calls judge() once per compile; out of memory fails here unless allowed."""
+compiler.driver.compile() calls judge_program() once per compile, and judge_partitioned() for
+SPMD programs; out of memory fails here unless allowed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import replace
 
 from jax_ipu.compiler.checks import check_program
 from jax_ipu.compiler.partitioned import inserted_collectives
-from jax_ipu.compiler.program import read_program
 from jax_ipu.errors import IpuOutOfMemoryError
 from jax_ipu.model import add_collectives, analyze, format_out_of_memory
 from jax_ipu.model.ir import Program
@@ -19,13 +19,6 @@ from jax_ipu.model.targets import Target
 logger = logging.getLogger(__name__)
 
 PARTITIONER_NOTE = "inserted by XLA's SPMD partitioner"
-
-
-def judge(code: bytes | str, target: Target, allow_out_of_memory: bool = False
-          ) -> tuple[Program, ProgramReport]:
-    """Program and report for the StableHLO `code` PJRT received (see judge_program)."""
-    program = read_program(code)
-    return program, judge_program(program, target, allow_out_of_memory)
 
 
 def judge_program(program: Program, target: Target, allow_out_of_memory: bool = False
@@ -40,13 +33,13 @@ def judge_program(program: Program, target: Target, allow_out_of_memory: bool = 
     return report
 
 
-def judge_partitioned(program: Program, report: ProgramReport, partitioned_hlo: str
+def judge_partitioned(program: Program, report: ProgramReport, partitioned_hlo: bytes
                       ) -> ProgramReport:
     """The report with the collectives XLA's SPMD partitioner put into a partitioned program.
 
     A sharded jax.jit program carries shardings, not collectives: they appear only in XLA's
-    partitioned module (`partitioned_hlo`, HLO text). If that module cannot be read, the report
-    says so instead."""
+    partitioned module (`partitioned_hlo`, a serialized HloModuleProto). If that module cannot
+    be read, the report says so instead."""
     try:
         ops = inserted_collectives(program, partitioned_hlo)
     except Exception as e:  # a module we cannot read must never fail the compile

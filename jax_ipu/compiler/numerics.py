@@ -8,11 +8,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from jax.experimental.layout import Layout
 from jaxlib.mlir import ir
 
 from jax_ipu import _internals
 from jax_ipu.compiler import lowering
-from jax_ipu.errors import IpuError
+from jax_ipu.compiler.program import lent_context, parse
+from jax_ipu.errors import IpuCompileError, IpuError
+from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
 
 def parse_options(serialized: bytes) -> Any:
@@ -37,11 +40,73 @@ def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
     """Compile the program for the CPU devices that hold the data of the IPU devices it runs on.
 
     `code` is the program jax sent and `module` the same program parsed, which XLA:CPU compiles
-    (sooner than it would read `code` again) once the model has read it: its host callbacks are
-    renumbered here. `cpu_device_of` maps an IPU device id to its CPU device."""
+    (sooner than it would read `code` again) once the model has read it and the compiler
+    rewrote it (stamp_cycle_counts): its host callbacks are renumbered here. `cpu_device_of`
+    maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
     callbacks = _host_callbacks(module) if calls_host(code) else []
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
+
+
+def entry_layouts(cpu_executable: Any) -> tuple[list[Layout], list[Layout]]:
+    """(parameters, results) layouts of an XLA:CPU executable's entry: JAX's row-major
+    defaults, or what the program asked for (mhlo.layout_mode from user Formats)."""
+    return ([Layout.from_pjrt_layout(p) for p in cpu_executable.get_parameter_layouts()],
+            [Layout.from_pjrt_layout(r) for r in cpu_executable.get_output_layouts()])
+
+
+def with_entry_layouts(code: bytes, parameters: list[Layout], results: list[Layout]) -> bytes:
+    """The StableHLO `code` as bytecode, with its entry layouts (and tiles) stated as the module
+    attributes XLA's HLO-to-StableHLO conversion writes.
+
+    jaxlib reads a plugin's executable layouts from the program it answers for
+    Executable_OptimizedProgram; without these attributes its StableHLO-to-HLO conversion
+    invents them (a transpose's result came out column-major)."""
+    with lent_context(len(code)) as context:
+        return _with_entry_layouts(parse(code, context), parameters, results)
+
+
+def _with_entry_layouts(module: ir.Module, parameters: list[Layout], results: list[Layout]
+                        ) -> bytes:
+    with module.context, ir.Location.unknown(module.context):
+        _drop_sharding_constraints(module)
+        index = ir.IndexType.get()
+
+        def dense(values: tuple[int, ...]) -> ir.Attribute:
+            return ir.DenseElementsAttr.get(np.array(values, np.int64).reshape(len(values)),
+                                            type=index)
+
+        def order(layout: Layout) -> ir.Attribute:
+            return dense(tuple(layout.major_to_minor[::-1]))
+
+        def tiles(layout: Layout) -> ir.Attribute:
+            return ir.ArrayAttr.get([dense(tuple(t)) for t in layout.tiling or ()])
+
+        def result(describe: Any) -> ir.Attribute:
+            # One result entry: a tuple's when the function returns several values.
+            each = [describe(r) for r in results]
+            return ir.ArrayAttr.get([each[0] if len(each) == 1 else ir.ArrayAttr.get(each)])
+
+        attrs = module.operation.attributes
+        attrs["mhlo.xla_entry_computation_parameter_layouts"] = ir.ArrayAttr.get(
+            [order(p) for p in parameters])
+        attrs["mhlo.xla_entry_computation_result_layout"] = result(order)
+        if any(x.tiling for x in (*parameters, *results)):
+            attrs["mhlo.xla_entry_computation_parameter_tiles"] = ir.ArrayAttr.get(
+                [tiles(p) for p in parameters])
+            attrs["mhlo.xla_entry_computation_result_tiles"] = result(tiles)
+        return module.operation.get_asm(binary=True)
+
+
+def _drop_sharding_constraints(module: ir.Module) -> None:
+    """Replace each sdy.sharding_constraint by its operand: jaxlib's StableHLO-to-HLO conversion
+    cannot export it, and the program answered for layouts is one device's, whose constraints
+    constrain nothing (a device_put inside jit leaves one before each move between kinds)."""
+    constraints = [op for op in _walk(module.body.operations)
+                   if op.name == "sdy.sharding_constraint"]
+    for op in constraints:
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 def load(cpu_client: Any, serialized: bytes, options: Any, assignment: np.ndarray,
@@ -84,6 +149,35 @@ def _host_callbacks(module: ir.Module) -> list[Any]:
             op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
                 {"index": ir.IntegerAttr.get(u64, order.index(key))})
     return lowering.host_callbacks(order)
+
+
+def stamp_cycle_counts(module: ir.Module, counters: Mapping[str, Any]) -> bool:
+    """Write the model's count into each of the module's cycle-counter calls (jax_ipu.tile's
+    ipu_cycle_count); whether there were any. IpuCompileError for a count the model cannot
+    give one value (inside a loop, or reached twice)."""
+    calls = [op for op in _walk(module.body.operations)
+             if op.name == "stablehlo.custom_call"
+             and ir.StringAttr(op.attributes["call_target_name"]).value == CYCLE_COUNT_TARGET]
+    if not calls:
+        return False
+    with module.context, ir.Location.unknown(module.context):
+        i64 = ir.IntegerType.get_signless(64)
+        for op in calls:
+            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            site = config["site"]
+            entry = counters.get(str(ir.IntegerAttr(site).value))
+            if entry is None:
+                raise IpuCompileError(
+                    "an ipu_cycle_count sits in a branch of lax.cond/switch that the model does "
+                    "not count (it counts the costliest branch): count outside the branch")
+            if entry["cycles"] is None:
+                raise IpuCompileError(
+                    f"ipu_cycle_count at {entry['location']} is {entry['problem']}: the model's "
+                    "counter gives each call site one value; count before and after the loop "
+                    "(or the repeated function) instead")
+            op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
+                {"site": site, "cycles": ir.IntegerAttr.get(i64, int(entry["cycles"]))})
+    return True
 
 
 def _walk(operations: Any) -> Iterator[Any]:

@@ -5,10 +5,8 @@ Uses jaxlib's own MLIR bindings; func.call callees and composites' decomposition
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import math
-import os
 import threading
 from collections import ChainMap
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
 from jax_ipu import _internals
+from jax_ipu.compiler import frames as frame_of
 from jax_ipu.dtypes import BY_MLIR
 from jax_ipu.errors import IpuCompileError
 from jax_ipu.model.ir import Op, Program, Region, SourceLocation, TensorType
@@ -55,22 +54,11 @@ _MAX_ATTR_TEXT = 200
 # Ops that stand for a function of the module, read as that function's body: calls, and
 # composites (e.g. chlo.top_k), whose decomposition is what they compute.
 _CALLEE_ATTR = {"func.call": "callee", "stablehlo.composite": "decomposition"}
+# Composites of tile-level programs (jax_ipu.tile) are kept as one op each: their attributes say
+# which tiles hold and run what, and the model costs that placement (never the decomposition).
+TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
-
-
-def _package_dirs(*names: str) -> tuple[str, ...]:
-    dirs = []
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        for d in (spec.submodule_search_locations or []) if spec else []:
-            dirs.append(os.path.realpath(d) + os.sep)
-    return tuple(dirs)
-
-
-# Frames inside these are JAX's (or this plugin's, e.g. its lowering rules and feeds), never the
-# line a user looks for.
-_LIBRARY_DIRS = _package_dirs("jax", "jaxlib", "jax_ipu")
 
 
 def _context() -> ir.Context:
@@ -210,23 +198,9 @@ def _frames(loc: ir.Location) -> tuple[str | None, list[tuple[str, int, str | No
     return scope, frames
 
 
-def internal_frame(filename: str) -> bool:
-    """Whether a frame's file is inside jax, jaxlib or jax_ipu (never the user's line)."""
-    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
-
-
 def source_location(loc: ir.Location) -> SourceLocation:
-    """The innermost frame outside jax, jaxlib and jax_ipu of an MLIR location, with the frames
-    that called it (a library's frame first, then its caller's; see SourceLocation.frames)."""
-    scope, frames = _frames(loc)
-    outside = tuple(f for f in frames if not internal_frame(f[0]))
-    if outside:
-        file, line, function = outside[0]
-    elif frames:
-        file, line, function = frames[-1]
-    else:
-        return SourceLocation(scope=scope)
-    return SourceLocation(file=file, line=line, function=function, scope=scope, frames=outside)
+    """The SourceLocation of an MLIR location (see frames.location)."""
+    return frame_of.location(*_frames(loc))
 
 
 def _axis_sizes(mesh: ir.Attribute) -> dict[str, int]:
@@ -305,6 +279,8 @@ class _Reader:
             op = mop.operation
             if op.name in ("func.return", "stablehlo.return"):
                 returned = tuple(self.lookup(env, v) for v in op.operands)
+            elif op.name == "stablehlo.composite" and _tile_composite(op):
+                ops.append(self.tile_op(op, env, outer))
             elif op.name in _CALLEE_ATTR and self.inline_call(op, env, ops, outer):
                 continue
             else:
@@ -369,9 +345,7 @@ class _Reader:
                     inner[a] = self.new_id()
                     arg_ids.append(inner[a])
                 body, returned = self.block(block, inner, loc)
-                regions.append(Region(tuple(arg_ids), tuple(tensor_type(a.type)
-                                                            for a in block.arguments),
-                                      body, returned))
+                regions.append(Region(tuple(arg_ids), body, returned))
         result = Op(
             name=op.name,
             operands=tuple(tensor_type(v.type) for v in op.operands),
@@ -381,6 +355,24 @@ class _Reader:
         if op.name == "stablehlo.while":
             result.trip_count = self.trip_count(result)
         return result
+
+    def tile_op(self, op: ir.Operation, env: ChainMap, outer: SourceLocation | None) -> Op:
+        """A jax_ipu.tile composite as one op named after it, with its composite attributes; a
+        tile_map's one-tile program is read into its `vertex_ops` (costed on one tile)."""
+        read = self.op(op, env, outer)
+        attrs = dict(read.attributes.get("composite_attributes") or {})
+        program = attrs.pop("program", "")
+        if program:
+            module = ir.Module.parse(program, op.context)  # kept alive while it is read
+            sub = _Reader(module)
+            sub.next_id = self.next_id
+            main = sub.entry().regions[0].blocks[0]
+            inner: ChainMap = ChainMap({a: sub.new_id() for a in main.arguments})
+            read.vertex_ops, _ = sub.block(main, inner, read.location)
+            self.next_id = sub.next_id
+        read.name = read.attributes["name"]
+        read.attributes = attrs
+        return read
 
     def trip_count(self, loop: Op) -> int | None:
         """Static trips of a counted while: cond `i < limit`, body `i + step`, constants."""
@@ -432,6 +424,10 @@ class _Reader:
         return self.constants.get(others[0])
 
 
+def _tile_composite(op: ir.Operation) -> bool:
+    return ir.StringAttr(op.attributes["name"]).value.startswith(TILE_COMPOSITE_PREFIX)
+
+
 def parse(code: bytes | str, ctx: ir.Context | None = None) -> ir.Module:
     """The StableHLO module PJRT's Client_Compile received (portable artifact, bytecode or text),
     parsed once in `ctx` (a lent_context()), else in a context of its own; IpuCompileError when
@@ -460,6 +456,9 @@ def read_program(code: bytes | str | ir.Module) -> Program:
         fn_type = ir.FunctionType(main.attributes["function_type"].value)
         mod_attrs = module.operation.attributes
         aliases, donors, names = _arg_info(main, block)
+        input_kinds, output_kinds = (_memory_kinds(main, key, len(types)) for key, types in
+                                     (("arg_attrs", fn_type.inputs),
+                                      ("res_attrs", fn_type.results)))
         for key, types, ids in (("arg_attrs", fn_type.inputs, input_ids),
                                 ("res_attrs", fn_type.results, returned)):
             for d, t, vid in zip(main.attributes[key] if key in main.attributes else [], types,
@@ -473,8 +472,18 @@ def read_program(code: bytes | str | ir.Module) -> Program:
             ops=ops, input_ids=tuple(input_ids), output_ids=returned,
             input_names=names, aliases=aliases,
             donated_inputs=frozenset(donors) | frozenset(aliases),
+            input_kinds=input_kinds, output_kinds=output_kinds,
             num_replicas=_int_attr(mod_attrs, "mhlo.num_replicas"),
             num_partitions=_int_attr(mod_attrs, "mhlo.num_partitions"), shards=reader.shards)
+
+
+def _memory_kinds(main: ir.Operation, key: str, count: int) -> tuple[str, ...]:
+    """The memory kind of each argument or result (`key` arg_attrs or res_attrs) of the entry:
+    mhlo.memory_kind, which jax writes when a sharding names a kind; "device" otherwise."""
+    found = _attr_to_py(main.attributes[key]) if key in main.attributes else []
+    kinds = [d.get("mhlo.memory_kind", "device") if isinstance(d, dict) else "device"
+             for d in found]
+    return tuple(kinds + ["device"] * (count - len(kinds)))
 
 
 def _int_attr(attrs: ir.OpAttributeMap, name: str) -> int | None:

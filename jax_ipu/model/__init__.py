@@ -24,15 +24,19 @@ from jax_ipu.model.report import (
     ProgramReport,
     format_out_of_memory,
 )
+from jax_ipu.model.streaming import Placement, place
 from jax_ipu.model.targets import Target, get_target
+from jax_ipu.model.tiles import tile_view
 
 __all__ = ["TO_DEVICE", "TO_HOST", "HostTransfer", "ProgramReport", "Target", "add_collectives",
            "analyze", "call_overhead_cycles", "format_out_of_memory", "get_target",
            "host_transfer", "host_transfer_cycles"]
 
 
-def _op_report(row: OpRow, target: Target) -> OpReport:
+def _op_report(row: OpRow, target: Target, placement: Placement | None = None) -> OpReport:
     c, n = row.cost, row.executions
+    moves = placement.moves_of((row.op, *row.fused)) if placement else []
+    setup, moved = sum(m.setup_cycles for m in moves), sum(m.transfer_cycles for m in moves)
     shapes = ", ".join(str(t) for t in row.op.operands) + " -> " + \
         ", ".join(str(t) for t in row.op.results)
     host = host_transfer_cycles(c.host_bytes_to_host, target, TO_HOST) + \
@@ -45,8 +49,10 @@ def _op_report(row: OpRow, target: Target) -> OpReport:
         flops=c.flops * n, bytes_accessed=c.bytes_accessed * n,
         compute_cycles=c.compute_cycles * n, exchange_cycles=c.exchange_cycles * n,
         sync_cycles=sync * n, host_cycles=host * n,
-        cycles=(c.compute_cycles + c.exchange_cycles + sync + host) * n,
-        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n)
+        cycles=(c.compute_cycles + c.exchange_cycles + sync + host + setup + moved) * n,
+        tiles=c.tiles, note=c.note, link_bytes=c.link_bytes * n,
+        streaming_setup_cycles=setup * n, streaming_cycles=moved * n, plan=c.plan,
+        runner_up=c.alternative)
 
 
 def analyze(program: Program, target: Target) -> ProgramReport:
@@ -56,8 +62,9 @@ def analyze(program: Program, target: Target) -> ProgramReport:
     devices = (program.num_replicas or 1) * (program.num_partitions or 1)
     target = replace(target, num_ipus=max(target.num_ipus, devices))
     rows = cost_program(program, target)
-    ops = [_op_report(r, target) for r in rows]
-    memory = analyze_memory(program, rows, target)
+    placement = place(program, target)
+    ops = [_op_report(r, target, placement) for r in rows]
+    memory = analyze_memory(program, rows, target, placement)
     unknown = sum(1 for r in rows if r.unknown_trip_count)
     unmodelled = sorted({r.op.name for r in rows if r.cost.unmodelled})
     warnings = []
@@ -83,7 +90,8 @@ def analyze(program: Program, target: Target) -> ProgramReport:
     return ProgramReport(
         program=program.name, target=target, memory=memory, cycles=cycles, ops=ops,
         flops=sum(o.flops for o in ops), bytes_accessed=sum(o.bytes_accessed for o in ops),
-        seconds=phases["total"] / target.clock_hz, warnings=warnings)
+        seconds=phases["total"] / target.clock_hz, warnings=warnings,
+        tiles=tile_view(rows, [o.cycles for o in ops], target))
 
 
 def _phase_cycles(ops: list[OpReport]) -> dict[str, float]:
@@ -91,7 +99,9 @@ def _phase_cycles(ops: list[OpReport]) -> dict[str, float]:
     phases = {"compute": sum(o.compute_cycles for o in ops),
               "exchange": sum(o.exchange_cycles for o in ops),
               "sync": sum(o.sync_cycles for o in ops),
-              "host_exchange": sum(o.host_cycles for o in ops)}
+              "host_exchange": sum(o.host_cycles for o in ops),
+              "streaming_setup": sum(o.streaming_setup_cycles for o in ops),
+              "streaming": sum(o.streaming_cycles for o in ops)}
     return {"total": sum(phases.values()), **phases}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from jax_ipu.model.mapping import (
     Everywhere,
     Layouts,
     Linear,
+    Mapped,
     Placement,
     distinct_per_tile,
     fresh,
@@ -24,11 +26,19 @@ from jax_ipu.model.mapping import (
     tiles_used,
     view_index,
 )
-from jax_ipu.model.matmul import plan_matmul
+from jax_ipu.model.matmul import Kernel, choose_conv, choose_matmul
+from jax_ipu.model.plans import Choice
+from jax_ipu.model.slicing import (
+    Slab,
+    Table,
+    plan_dynamic_slice,
+    plan_dynamic_update,
+    plan_gather,
+    plan_scatter,
+)
 from jax_ipu.model.targets import (
     ACCUMULATOR_BYTES,
     DIVIDE_CYCLES_PER_VECTOR,
-    INDEX_CYCLES_PER_ELEMENT,
     SIMPLE_CYCLES_PER_VECTOR,
     TRANSCENDENTAL_CYCLES_PER_VECTOR,
     VECTOR_BYTES,
@@ -65,6 +75,7 @@ OP_CLASSES: dict[str, str] = {
     "constant": "constant",
     "reshape": "free", "get_tuple_element": "free", "tuple": "free",
     "optimization_barrier": "free", "after_all": "free", "create_token": "free",
+    "sharding_constraint": "free",  # sdy: an annotation for XLA's partitioner
     "replica_id": "free", "partition_id": "free", "get_dimension_size": "free",
     "return": "free",  # sdy.return ends a shard_map body (stablehlo.return is read away)
     "custom_call": "custom_call", "infeed": "host", "outfeed": "host", "send": "host",
@@ -83,8 +94,23 @@ IN_PLACE = frozenset({"dynamic_update_slice", "scatter"})
 
 
 def op_class(op: Op) -> str:
-    """The cost class of an op; unknown ops fall back to 'unmodelled'."""
+    """The cost class of an op; unknown ops fall back to 'unmodelled'. A reduction over
+    dimensions of size 1 only is a reshape (XLA's simplifier makes it one): free."""
+    if op.kind == "reduce" and op.operands and _unit_reduce(op):
+        return "free"
     return OP_CLASSES.get(op.kind, "unmodelled")
+
+
+def _unit_reduce(op: Op) -> bool:
+    shape = op.operands[0].shape
+    dims = op.attributes.get("dimensions") or []
+    return all(0 <= d < len(shape) and shape[d] == 1 for d in dims)
+
+
+def reshape_like(op: Op) -> bool:
+    """Ops that only rename a value's dimensions: each element keeps its flat index."""
+    return op.kind in ("reshape", "bitcast_convert") or op.kind == "reduce" and \
+        op_class(op) == "free"
 
 
 @dataclass
@@ -105,6 +131,19 @@ class OpCost:
     note: str = ""
     # where an elementwise result lives (like its first full-size operand), for its readers
     placement: Placement | None = None
+    # per-tile figures of a jax_ipu.tile op (model/tiles.py TileFigures)
+    tile_figures: Any = None
+    # steps that add exchange code and vertex state on each tile (model/memory.py): 0
+    # exchange steps means one per exchange phase seen in exchange_cycles
+    exchange_steps: int = 0
+    compute_steps: int = 0
+    messages: int = 0  # exchange instructions per exchange step on a tile (0: one each way)
+    kernel_positions: int = 0  # for AMP ops: kernel positions its worklists cover
+    # the tiles the op runs on when known one by one (a placement a program chose); else it
+    # runs on `tiles` tiles from a rotating start (model/code.py places its code there)
+    on_tiles: tuple[int, ...] | None = None
+    plan: str = ""  # the plan a planner chose, with its cycles
+    alternative: str = ""  # the runner-up plan and why it lost
 
 
 Rule = Callable[[Op, list[Op], Target, Layouts], OpCost]
@@ -117,7 +156,7 @@ def _vector_elems(dtype: str) -> int:
     return 1
 
 
-def _alu_cycles(kind: str) -> int:
+def alu_cycles(kind: str) -> int:
     if kind in _TRANSCENDENTAL:
         return TRANSCENDENTAL_CYCLES_PER_VECTOR
     if kind in _DIVIDE:
@@ -207,7 +246,8 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(_alu_cycles(o.kind) for o in chain if op_class(o) != "broadcast")
+    alu = sum(alu_cycles(o.kind) for o in chain
+              if op_class(o) not in ("broadcast", "free"))
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
     placement, per_tile, tiles, received = _operand_tiles(out, streams, target, layouts)
@@ -230,11 +270,17 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
     full = [i for i, s in enumerate(streams) if s.index is None and s.type.size == out.size
             and not isinstance(places[i], Everywhere)]
     home = places[full[0]] if full else fresh(out, target.num_tiles)
-    aligned = all(isinstance(p, Linear | Everywhere) and s.index is None
+    linear = isinstance(home, Linear)
+    aligned = all(s.index is None and (p is home or isinstance(p, Everywhere) or
+                                       linear and isinstance(p, Linear))
                   for s, p in zip(streams, places, strict=True))
-    if aligned and isinstance(home, Linear):
+    if aligned and linear:
         # Results of earlier ops line up element for element: nothing moves.
         return home, -(-out.size // home.tiles), home.tiles, 0.0
+    if aligned and isinstance(home, Mapped):
+        counts = home.counts(target.num_tiles)
+        return Mapped(out.size, home.runs_start, home.runs_tile), math.ceil(counts.max()), \
+            int((counts > 0).sum()), 0.0
     r, scale, whole = sample_indices(out.size, home)
     fallback = r * max(1, tiles_used(out.nbytes, target.num_tiles)) // max(1, out.size)
     home_tiles, _ = home.locate(r)
@@ -259,7 +305,10 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
         used = home.tiles
     else:
         used = int((counts > 0).sum())
-    return home, math.ceil(counts.max()), used, float(received.max())
+    # A result over a view is a tensor of its own, laid out like the view (as Poplar clones
+    # an elementwise op's first operand): it never nests placements.
+    place = home if linear else Mapped.from_sample(out.size, r, home_tiles)
+    return place, math.ceil(counts.max()), used, float(received.max())
 
 
 # --- reductions ---------------------------------------------------------------------------------
@@ -268,12 +317,17 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     the exchange and a second vertex combines them where the output lives (two syncs)."""
     n_in = max(1, len(op.operands) // 2)
     inputs, out = op.operands[:n_in], _main(op)
+    # an expression fused into the reduction (a conversion, a square) is computed as it
+    # reads: its own operands are what crosses memory
+    read = [st.type for st in _streams(op, fused)] if fused else list(inputs)
+    read = read or list(inputs)
     elems = inputs[0].size
-    tiles_in = max(1, tiles_used(inputs[0].nbytes, target.num_tiles))
+    tiles_in = max(1, tiles_used(max(t.nbytes for t in read), target.num_tiles))
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
-    body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
-    per_vector = max(body, sum(_accesses(width, t, target) for t in inputs))
+    body = (sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1) + \
+        sum(alu_cycles(o.kind) for o in fused if op_class(o) in ("elementwise", "conversion"))
+    per_vector = max(body, sum(_accesses(width, t, target) for t in read))
     compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target)
     dims = op.attributes.get("dimensions") or []
     rank = len(inputs[0].shape)
@@ -298,7 +352,7 @@ def window(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     size = math.prod(op.attributes.get("window_dimensions") or [1])
     tiles, per_tile = _spread(out, target)
     width = _vector_elems(out.dtype)
-    body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+    body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
     per_vector = size * max(body, _accesses(width, op.operands[0], target)) + \
         _accesses(width, out, target)
     return OpCost(
@@ -320,38 +374,49 @@ def _dot_dims(op: Op) -> tuple[int, int, int, int]:
     return g, m, n, k
 
 
-def _conv_dims(op: Op) -> tuple[int, int, int, int]:
+def _conv_dims(op: Op) -> tuple[int, int, int, Kernel]:
+    """(groups, output rows, output channels per group, kernel) of a convolution."""
     kernel, out = op.operands[1], _main(op)
     dn = op.attributes.get("dimension_numbers") or {}
     groups = (op.attributes.get("feature_group_count") or 1) * \
         (op.attributes.get("batch_group_count") or 1)
     kof = dn.get("kernel_output_feature_dimension", 0)
+    kif = dn.get("kernel_input_feature_dimension", 1)
+    spatial = dn.get("kernel_spatial_dimensions") or []
     out_features = kernel.shape[kof] if kernel.shape else 1
-    k = kernel.size // max(1, out_features)
-    return groups, out.size // max(1, out_features), out_features // max(1, groups), k
+    channels = kernel.shape[kif] if len(kernel.shape) > kif else 1
+    sizes = [kernel.shape[d] for d in spatial if d < len(kernel.shape)]
+    shape = Kernel(max(1, math.prod(sizes)), max(1, sizes[-1] if sizes else 1),
+                   max(1, channels))
+    return groups, out.size // max(1, out_features), out_features // max(1, groups), shape
 
 
-def _amp(op: Op, dims: tuple[int, int, int, int], target: Target, layouts: Layouts) -> OpCost:
-    g, m, n, k = dims
+def _placed(op: Op, layouts: Layouts) -> tuple[bool, bool]:
     placed = tuple(layouts.planned(v) for v in op.operand_ids[:2])
-    placed = placed if len(placed) == 2 else (True, True)
-    plan = plan_matmul(g, m, n, k, op.operands[0].itemsize, target, placed)
-    return OpCost(
-        flops=2 * g * m * n * k,
-        bytes_accessed=sum(t.nbytes for t in op.operands) + _main(op).nbytes,
-        compute_cycles=plan.compute_cycles, exchange_cycles=plan.exchange_cycles,
-        syncs=plan.syncs, tiles=plan.tiles,
-        workspace_bytes_per_tile=plan.workspace_bytes_per_tile,
-        note=f"plan tiles g,m,n,k={plan.splits} serial={plan.serial}"
-             + ("" if all(placed) else "; operand rearranged for the plan"))
+    return placed if len(placed) == 2 else (True, True)
+
+
+def _product(op: Op, choice: Choice, target: Target, placed: tuple[bool, bool],
+             flops: int) -> OpCost:
+    return _planned(choice, target, flops=flops,
+                    bytes_accessed=sum(t.nbytes for t in op.operands) + _main(op).nbytes,
+                    note="" if all(placed) else "operand rearranged for the plan")
 
 
 def dot(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    return _amp(op, _dot_dims(op), target, layouts)
+    g, m, n, k = _dot_dims(op)
+    placed = _placed(op, layouts)
+    return _product(op, choose_matmul(g, m, n, k, op.operands[0].itemsize, target, placed),
+                    target, placed, 2 * g * m * n * k)
 
 
 def conv(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    return _amp(op, _conv_dims(op), target, layouts)
+    g, m, n, kernel = _conv_dims(op)
+    placed = _placed(op, layouts)
+    choice = choose_conv(max(1, g), max(1, m), max(1, n), kernel, op.operands[0].itemsize,
+                         target, placed)
+    return _product(op, choice, target, placed,
+                    2 * g * m * n * kernel.positions * kernel.channels)
 
 
 # --- data movement ------------------------------------------------------------------------------
@@ -371,106 +436,84 @@ def rearrange(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
                       -(-per_tile // width), 2 * _accesses(width, out, target), target))
 
 
-def _region_tiles(nbytes: int, whole: TensorType, target: Target) -> int:
-    """Tiles a region of nbytes of a linearly mapped tensor can span, wherever it starts."""
-    whole_tiles = max(1, tiles_used(whole.nbytes, target.num_tiles))
-    per_tile = max(1, -(-whole.nbytes // whole_tiles))
-    return min(whole_tiles, -(-nbytes // per_tile) + 1)
+def _slab(op: Op, operand: TensorType, piece: TensorType, layouts: Layouts) -> Slab:
+    """The dynamic slice or update of `piece` within `operand`: the dims where the piece is
+    smaller are those sliced at a run-time offset."""
+    sliced = [d for d, (a, b) in enumerate(zip(operand.shape, piece.shape, strict=False))
+              if b < a]
+    rows = math.prod(operand.shape[d] for d in sliced) if sliced else 1
+    taken = math.prod(piece.shape[d] for d in sliced) if sliced else 1
+    placed = layouts.planned(op.operand_ids[0]) if op.operand_ids else True
+    return Slab(max(1, rows), max(1, operand.size // max(1, rows)), max(1, taken),
+                piece.itemsize, placed)
 
 
 def dynamic_slice(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    """The offset is known only at run time, so the slice is copied out of the tiles it spans
-    (a compute set there) and crosses the exchange to the result's tiles."""
+    """A slice at a run-time offset (x[i] in a loop): planned by model/slicing.py."""
     out, src = _main(op), op.operands[0]
-    senders = _region_tiles(out.nbytes, src, target)
-    receivers = max(1, tiles_used(out.nbytes, target.num_tiles))
-    send = -(-out.nbytes // senders)
-    width = _vector_elems(out.dtype)
-    return OpCost(
-        bytes_accessed=2 * out.nbytes, tiles=senders, syncs=2,
-        compute_cycles=target.vertex_cycles + worker_cycles(
-            -(-send // (width * out.itemsize)), 2 * _accesses(width, out, target), target),
-        exchange_cycles=exchange_cycles(max(send, -(-out.nbytes // receivers)), target))
+    return _planned(plan_dynamic_slice(_slab(op, src, out, layouts), target), target,
+                    bytes_accessed=2 * out.nbytes)
 
 
 def dynamic_update_slice(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    """The update crosses the exchange to the tiles of the region it overwrites, in place."""
+    """A write at a run-time offset, in place: planned by model/slicing.py."""
     dst, update = op.operands[0], op.operands[1]
-    receivers = _region_tiles(update.nbytes, dst, target)
-    senders = max(1, tiles_used(update.nbytes, target.num_tiles))
-    recv = -(-update.nbytes // receivers)
-    width = _vector_elems(update.dtype)
+    return _planned(plan_dynamic_update(_slab(op, dst, update, layouts), target), target,
+                    bytes_accessed=2 * update.nbytes)
+
+
+def _planned(choice: Choice, target: Target, **fields) -> OpCost:
+    """An op's cost from the plan its planner chose, naming the runner-up and why it lost."""
+    plan = choice.chosen
     return OpCost(
-        bytes_accessed=2 * update.nbytes, tiles=receivers, syncs=2,
-        exchange_cycles=exchange_cycles(max(recv, -(-update.nbytes // senders)), target),
-        compute_cycles=target.vertex_cycles + worker_cycles(
-            -(-recv // (width * update.itemsize)), 2 * _accesses(width, update, target),
-            target))
-
-
-def _indexed_rows(operand: TensorType, rows_dims: list[int], target: Target
-                  ) -> tuple[int, int, int, int]:
-    """(rows V of the indexed dims, operand tiles, rows per tile, bytes of a row per tile)."""
-    rows = math.prod(operand.shape[d] for d in rows_dims) if rows_dims else 1
-    tiles = max(1, tiles_used(operand.nbytes, target.num_tiles))
-    row_bytes = operand.nbytes // max(1, rows)
-    return max(1, rows), tiles, max(1, rows // tiles), min(row_bytes, -(-operand.nbytes // tiles))
+        compute_cycles=plan.compute_cycles, exchange_cycles=plan.exchange_cycles,
+        syncs=plan.syncs, tiles=plan.tiles, workspace_bytes_per_tile=plan.temp_bytes_per_tile,
+        exchange_steps=plan.exchange_steps, compute_steps=plan.compute_steps,
+        messages=plan.messages, kernel_positions=plan.kernel_positions,
+        plan=choice.describe(target), alternative=choice.alternative(target), **fields)
 
 
 def gather(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    """Exchange is compiled, not data-dependent: the indices go to every tile of the operand,
-    each tile copies the rows it holds (indices taken as uniform over the rows), then the
-    rows cross to the result's tiles. Three steps: two exchanges and one compute set."""
+    """Rows of a table looked up by index (jnp.take, x[idx]): PopLibs' multiSlice planner
+    (model/slicing.py). The exchange is compiled, not data-dependent, so indices are taken
+    as uniform over the rows; the result is laid out linearly for its readers."""
     operand, indices, out = op.operands[0], op.operands[1], _main(op)
     dn = op.attributes.get("dimension_numbers") or {}
-    slice_elems = math.prod(op.attributes.get("slice_sizes") or [1])
-    lookups = max(1, out.size // max(1, slice_elems))
-    rows, tiles, _, _ = _indexed_rows(operand, dn.get("start_index_map") or [0], target)
-    found = -(-lookups // min(tiles, rows))  # lookups a tile serves
-    slice_bytes = slice_elems * out.itemsize
-    width = _vector_elems(out.dtype)
-    copy = worker_cycles(found * -(-slice_elems // width), 2 * _accesses(width, out, target),
-                         target)
-    scan = worker_cycles(lookups, INDEX_CYCLES_PER_ELEMENT, target)
-    receivers = max(1, tiles_used(out.nbytes, target.num_tiles))
-    return OpCost(
-        bytes_accessed=indices.nbytes + 2 * out.nbytes, tiles=tiles, syncs=3,
-        compute_cycles=target.vertex_cycles + scan + copy,
-        exchange_cycles=exchange_cycles(indices.nbytes, target) + exchange_cycles(
-            max(found * slice_bytes, -(-out.nbytes // receivers)), target),
-        note=f"{lookups} lookups of {slice_bytes} B over {min(tiles, rows)} tiles; indices "
-             "taken as uniform over the rows")
+    row_elems = max(1, math.prod(op.attributes.get("slice_sizes") or [1]))
+    lookups = max(1, out.size // row_elems)
+    rows = max(1, math.prod(operand.shape[d] for d in dn.get("start_index_map") or [0]))
+    placed = layouts.planned(op.operand_ids[0]) if op.operand_ids else True
+    table = Table(rows, row_elems, lookups, out.itemsize, placed)
+    return _planned(plan_gather(table, out.nbytes, target), target,
+                    bytes_accessed=indices.nbytes + 2 * out.nbytes,
+                    note=f"{lookups} lookups of {row_elems * out.itemsize} B rows from "
+                         f"{rows} rows; indices taken as uniform over the rows")
 
 
 def scatter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    """The indices go to every tile of the operand and the updates to the tiles of their
-    rows (indices taken as uniform over the rows); each tile applies its updates in place.
-    Updates of one row are serialised on one worker, so a tile holding fewer rows than it
-    has workers applies colliding updates one after the other."""
+    """Rows of a table updated by index (x.at[idx].set/add, segment_sum): PopLibs'
+    multiUpdate planner (model/slicing.py), in place. Added updates may be split over
+    lookup groups whose float32 partials are then reduced; a constant table (zeros) is
+    written first. Indices are taken as uniform over the rows."""
     n = max(1, (len(op.operands) - 1) // 2)
     operand, indices, updates = op.operands[0], op.operands[n], op.operands[-1]
     dn = op.attributes.get("scatter_dimension_numbers") or {}
-    window = math.prod(updates.shape[d] for d in dn.get("update_window_dims") or [])
-    count = max(1, updates.size // max(1, window))
-    rows, tiles, rows_per_tile, row_part = _indexed_rows(
-        operand, dn.get("scattered_dims_to_operand_dims") or [0], target)
-    mine = -(-count * min(rows_per_tile, rows) // rows)  # updates landing on one tile
-    width = _vector_elems(updates.dtype)
-    part_elems = min(window, -(-row_part // updates.itemsize))
-    combine = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops)
-    per_update = -(-part_elems // width) * max(combine, 3 * _accesses(width, updates, target)) \
-        + INDEX_CYCLES_PER_ELEMENT
-    parallel = min(target.worker_threads, rows_per_tile)
-    apply = math.ceil(mine / parallel) * target.worker_threads * per_update
-    scan = worker_cycles(count, INDEX_CYCLES_PER_ELEMENT, target)
-    return OpCost(
-        flops=updates.size if combine else 0,
-        bytes_accessed=indices.nbytes + 3 * updates.nbytes, tiles=min(tiles, rows), syncs=2,
-        compute_cycles=target.vertex_cycles + scan + apply,
-        exchange_cycles=exchange_cycles(indices.nbytes + mine * part_elems * updates.itemsize,
-                                        target),
-        note=f"{count} updates over {min(tiles, rows)} tiles, {mine} on the busiest, "
-             f"{parallel} worker(s) in parallel; indices taken as uniform over the rows")
+    window = max(1, math.prod(updates.shape[d] for d in dn.get("update_window_dims") or []))
+    count = max(1, updates.size // window)
+    rows = max(1, math.prod(operand.shape[d] for d in
+                            dn.get("scatter_dims_to_operand_dims") or [0]))
+    combine = any(alu_cycles(o.kind) for r in op.regions for o in r.ops)
+    base = op.operand_ids[0] if op.operand_ids else None
+    fill = base is not None and isinstance(layouts.of(base, operand), Everywhere)
+    placed = base is None or layouts.planned(base)
+    table = Table(rows, window, count, updates.itemsize, placed)
+    cost = _planned(plan_scatter(table, combine, fill, target), target,
+                    flops=updates.size if combine else 0,
+                    bytes_accessed=indices.nbytes + 3 * updates.nbytes,
+                    note=f"{count} updates of {window * updates.itemsize} B rows into {rows} "
+                         "rows; indices taken as uniform over the rows")
+    cost.compute_cycles *= n  # variadic scatters update each table alike
+    return cost
 
 
 def sort(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
@@ -525,7 +568,7 @@ def collective(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpC
     if plan.reduced_bytes:
         reduced = TensorType((plan.reduced_bytes // max(1, data.itemsize),), data.dtype)
         tiles, per_tile = _spread(reduced, target)
-        body = sum(_alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+        body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
         # One combining vertex per step that received data to combine.
         cost.compute_cycles = plan.combine_steps * target.vertex_cycles + \
             math.ceil(per_tile / _vector_elems(data.dtype)) * body
@@ -550,3 +593,11 @@ RULES: dict[str, Rule] = {
     "host": host, "custom_call": custom_call, "collective": collective,
     "unmodelled": unmodelled,
 }
+
+
+# Tile-level programs (jax_ipu.tile) name their tiles: their rules are model/tiles.py's, which
+# use the helpers above.
+from jax_ipu.model import tiles as _tiles  # noqa: E402
+
+OP_CLASSES.update(_tiles.OP_CLASSES)
+RULES.update(_tiles.RULES)

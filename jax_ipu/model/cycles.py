@@ -8,11 +8,18 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jax_ipu.model.costs import FUSABLE, RULES, OpCost, op_class
+from jax_ipu.model.costs import (
+    FUSABLE,
+    RULES,
+    OpCost,
+    alu_cycles,
+    op_class,
+    reshape_like,
+)
 from jax_ipu.model.host import host_transfer_cycles
 from jax_ipu.model.ir import Op, Program
 from jax_ipu.model.mapping import Layouts
-from jax_ipu.model.targets import Target
+from jax_ipu.model.targets import SIMPLE_CYCLES_PER_VECTOR, Target
 
 __all__ = ["OpRow", "cost_block", "cost_program", "fusion", "host_transfer_cycles",
            "use_counts"]
@@ -49,38 +56,81 @@ def use_counts(program: Program) -> Counter:
 
 
 def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
-    """Which ops of a block are folded into a later elementwise op: root index -> producers.
+    """Which ops of a block are folded into a later op that computes them: root index ->
+    producers.
 
     A fusable op folds into its one reader when that reader is elementwise over as many
-    elements; folded results are never stored, and their passes over memory disappear."""
-    reader: dict[int, int] = {}
+    elements (or a reduction of it); folded results are never stored, and their passes over
+    memory disappear. Reshapes (and reductions over dimensions of size 1, which are
+    reshapes) are transparent. A cheap elementwise op read by several such expressions is
+    computed again in each rather than stored, as XLA's fusion duplicates cheap producers."""
+    readers: dict[int, list[int]] = {}
     for j, op in enumerate(ops):
         for v in op.operand_ids:
-            reader.setdefault(v, j)
-    parent: dict[int, int] = {}
+            if not readers.get(v) or readers[v][-1] != j:
+                readers.setdefault(v, []).append(j)
+    parents: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
-        if op_class(op) not in FUSABLE or len(op.result_ids) != 1:
+        if not _fusable(op) or len(op.result_ids) != 1:
             continue
         r = op.result_ids[0]
-        j = reader.get(r)
-        # all its reads must be by that one reader (x * x reads x twice, in one expression)
-        if j is None or uses[r] != ops[j].operand_ids.count(r):
+        js = readers.get(r, [])
+        # every read must be by the block's ops (not a region's return or an output)
+        if not js or uses[r] != sum(ops[j].operand_ids.count(r) for j in js):
             continue
-        consumer, producer_cls = ops[j], op_class(op)
-        if not consumer.results:
+        if len(js) > 1 and not (_cheap(op) and len(js) <= MAX_DUPLICATES):
             continue
-        # Broadcasts become broadcast operands of the expression; others must match in size.
-        if producer_cls == "broadcast" and op_class(consumer) in FUSABLE or \
-                op_class(consumer) in ("elementwise", "conversion") and \
-                consumer.results[0].size == op.results[0].size:
-            parent[i] = j
+        if all(_folds_into(op, r, ops[j]) for j in js):
+            parents[i] = js
+
+    def roots_of(i: int) -> set[int]:
+        found, todo = set(), [i]
+        while todo:
+            k = todo.pop()
+            if k in parents:
+                todo.extend(parents[k])
+            else:
+                found.add(k)
+        return found
+    # an expression must end in ops that compute it
+    for i in [i for i in parents if any(op_class(ops[k]) not in _ROOTS for k in roots_of(i))]:
+        del parents[i]
     groups: dict[int, list[Op]] = {}
-    for i in sorted(parent):
-        root = i
-        while root in parent:
-            root = parent[root]
-        groups.setdefault(root, []).append(ops[i])
+    for i in sorted(parents):
+        for root in sorted(roots_of(i)):
+            groups.setdefault(root, []).append(ops[i])
     return groups
+
+
+def _folds_into(op: Op, r: int, consumer: Op) -> bool:
+    """Whether `op` (making value r) can be computed inside `consumer`."""
+    if not consumer.results:
+        return False
+    # Broadcasts (and reshapes) become operands of the expression; others must match in size.
+    if (op_class(op) == "broadcast" or reshape_like(op)) and _fusable(consumer):
+        return True
+    if (op_class(consumer) in _EXPRESSIONS or reshape_like(consumer)) and \
+            consumer.results[0].size == op.results[0].size:
+        return True
+    # a reduction reads an expression of its input as it goes (a conversion to a wider
+    # accumulator, a square...), never storing it
+    return op_class(consumer) == "reduction" and op_class(op) in _EXPRESSIONS and \
+        consumer.operand_ids[:1] == (r,)
+
+
+def _cheap(op: Op) -> bool:
+    """Elementwise ops worth computing twice rather than storing: one ALU step a vector."""
+    return op_class(op) in _EXPRESSIONS and alu_cycles(op.kind) == SIMPLE_CYCLES_PER_VECTOR
+
+
+# Readers a cheap producer is computed again in, at most, instead of being stored.
+MAX_DUPLICATES = 4
+_EXPRESSIONS = frozenset({"elementwise", "conversion"})
+_ROOTS = frozenset({"elementwise", "conversion", "reduction"})
+
+
+def _fusable(op: Op) -> bool:
+    return op_class(op) in FUSABLE or reshape_like(op)
 
 
 def _cost(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
@@ -148,6 +198,12 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
         cond = cost_block(op.regions[0].ops, target, uses, executions * (n + 1), depth + 1,
                           layouts)
         body = cost_block(op.regions[1].ops, target, uses, executions * n, depth + 1, layouts)
+        if trips is not None:
+            counting = _counter_ops(op)
+            for row in cond + body:
+                if id(row.op) in counting:
+                    row.cost = OpCost(note="loop counter: a counted loop is Poplar's Repeat, "
+                                           "which counts in control code")
         return [head, *cond, *body]
     # case / if: one branch runs; charge the most expensive one (worst case).
     branches = [cost_block(r.ops, target, uses, executions, depth + 1, layouts)
@@ -155,6 +211,27 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
     head.cost.note = f"{len(branches)} branches: costliest counted"
     worst = max(branches, key=lambda rows: sum(r.cycles(target) for r in rows), default=[])
     return [head, *worst]
+
+
+def _counter_ops(loop: Op) -> set[int]:
+    """Ops of a counted while that only count: its condition, and the body's increment of
+    the counter when nothing else in the body reads the counter (else the body needs it as
+    a tensor, and it is kept)."""
+    cond, body = loop.regions
+    ops = {id(o) for o in cond.ops}
+    compare = next((o for o in cond.ops if cond.result_ids and
+                    cond.result_ids[0] in o.result_ids), None)
+    counters = [cond.arg_ids.index(v) for v in (compare.operand_ids if compare else ())
+                if v in cond.arg_ids]
+    for k in counters:
+        if k >= len(body.arg_ids):
+            continue
+        arg = body.arg_ids[k]
+        readers = [o for o in body.ops for _ in range(o.operand_ids.count(arg))]
+        if len(readers) == 1 and readers[0].kind == "add" and \
+                body.result_ids[k:k + 1] == readers[0].result_ids[:1]:
+            ops.add(id(readers[0]))
+    return ops
 
 
 def cost_program(program: Program, target: Target) -> list[OpRow]:

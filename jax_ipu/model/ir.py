@@ -70,7 +70,6 @@ class Region:
     """One region of an op (a while body, a reduce body, a case branch)."""
 
     arg_ids: tuple[int, ...]
-    arg_types: tuple[TensorType, ...]
     ops: list[Op]
     result_ids: tuple[int, ...] = ()
 
@@ -91,6 +90,9 @@ class Op:
     location: SourceLocation = field(default_factory=SourceLocation)
     regions: list[Region] = field(default_factory=list)
     trip_count: int | None = None
+    # What one tile runs for a tile-mapped vertex (jax_ipu.tile's tile_map): its lax
+    # primitive's one-tile program, costed on one tile. Empty for every other op.
+    vertex_ops: list[Op] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -122,6 +124,10 @@ class Program:
     donated_inputs: frozenset[int] = frozenset()
     num_replicas: int | None = None
     num_partitions: int | None = None
+    # JAX memory kind of each input and output (mhlo.memory_kind): "device" (tile memory),
+    # "pinned_host" (Streaming Memory) or "unpinned_host" (host memory); empty: all "device"
+    input_kinds: tuple[str, ...] = ()
+    output_kinds: tuple[str, ...] = ()
     # value id -> number of shards of each dimension, for values outside shard_map bodies whose
     # sharding over the program's devices is known (shapes in the IR are global there, while
     # a device holds one shard; values inside a body already have per-device shapes)

@@ -16,8 +16,11 @@ from jax_ipu.model.targets import MIN_BYTES_PER_TILE, TENSOR_GRAIN_BYTES
 
 # Elements whose tiles are looked at one by one; larger values are judged on a fixed sample
 # (model/costs.py's elementwise rule, for operands that are views or broadcasts).
-EXACT_ELEMENTS = 1 << 20
+EXACT_ELEMENTS = 1 << 17
 LINEAR_SAMPLE = 1 << 15
+# Views stacked on views before the innermost are materialised (Mapped), so that a chain of
+# n views costs n bounded steps, never a recursion n deep.
+MAX_VIEW_DEPTH = 8
 
 
 def tiles_used(nbytes: int, num_tiles: int) -> int:
@@ -95,11 +98,15 @@ class Linear(Placement):
 @dataclass(eq=False)
 class View(Placement):
     """Elements that stay where the viewed tensors keep them: index(r) gives, for each result
-    element, which base it comes from and its flat index there (-1: a constant)."""
+    element, which base it comes from and its flat index there (-1: a constant).
+
+    `depth` counts the views stacked up to a base that is not a view; make_view() keeps it
+    at most MAX_VIEW_DEPTH, so locating an element never recurses further."""
 
     size: int
     bases: tuple[Placement, ...]
     index: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    depth: int = 1
 
     def locate(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         which, idx = self.index(r)
@@ -110,6 +117,61 @@ class View(Placement):
             if sel.any():
                 tiles[sel], keys[sel] = base.locate(idx[sel])
         return tiles, keys
+
+
+@dataclass(eq=False)
+class Mapped(Placement):
+    """A value whose elements sit on tiles given one by one, stored as runs: element r is on
+    runs_tile[i] for the last run start runs_start[i] <= r (-1: a constant every tile holds).
+    Built from a sample of elements (sample_indices), each standing for those up to the next.
+
+    Keys name the stored elements for distinct counting: a tensor of its own (keys None:
+    its uid and flat index), or, for a materialised view, the keys of what it views, one per
+    `key_step` elements."""
+
+    size: int
+    runs_start: np.ndarray
+    runs_tile: np.ndarray
+    keys: np.ndarray | None = None
+    key_step: int = 1
+    uid: int = 0
+
+    def __post_init__(self) -> None:
+        self.uid = self.uid or next(_ids)
+
+    @classmethod
+    def from_sample(cls, size: int, r: np.ndarray, tiles: np.ndarray,
+                    keys: np.ndarray | None = None) -> Mapped:
+        """The placement whose element r[i] (and those up to r[i + 1]) is on tiles[i]."""
+        if not len(r):
+            return cls(size, np.zeros(1, np.int64), np.full(1, -1, np.int64))
+        change = np.flatnonzero(np.diff(tiles)) + 1
+        starts = np.concatenate(([0], change))
+        step = int(r[1] - r[0]) if len(r) > 1 else 1
+        return cls(size, r[starts].astype(np.int64), tiles[starts].astype(np.int64), keys,
+                   max(1, step))
+
+    @classmethod
+    def from_tiles(cls, tiles: np.ndarray) -> Mapped:
+        """The placement whose element i is on tiles[i] (a layout given element by element,
+        e.g. by a program that places its own tensors)."""
+        tiles = np.asarray(tiles, dtype=np.int64)
+        return cls.from_sample(len(tiles), np.arange(len(tiles), dtype=np.int64), tiles)
+
+    def locate(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        run = np.searchsorted(self.runs_start, r, side="right") - 1
+        tiles = self.runs_tile[np.maximum(run, 0)]
+        if self.keys is None:
+            keys = (self.uid << KEY_SHIFT) + r
+        else:
+            keys = self.keys[np.minimum(r // self.key_step, len(self.keys) - 1)]
+        return tiles, np.where(tiles < 0, -1, keys)
+
+    def counts(self, num_tiles: int) -> np.ndarray:
+        """Elements on each tile (constants, on tile -1, left out)."""
+        lengths = np.diff(np.append(self.runs_start, self.size))
+        held = self.runs_tile >= 0
+        return np.bincount(self.runs_tile[held], weights=lengths[held], minlength=num_tiles)
 
 
 @dataclass(eq=False)
@@ -125,6 +187,28 @@ class Everywhere(Placement):
 def fresh(t: TensorType, num_tiles: int) -> Linear:
     """Where a newly computed value lives: linearly over the tiles its bytes need."""
     return Linear(t.size, max(1, tiles_used(t.nbytes, num_tiles)))
+
+
+def materialise(p: Placement) -> Mapped:
+    """A placement of its own with the tiles and keys `p` gives each element (sampled as
+    sample_indices says), so that nothing viewed through it is looked up again."""
+    r, _, _ = sample_indices(p.size, p)
+    tiles, keys = p.locate(r)
+    step = int(r[1] - r[0]) if len(r) > 1 else 1
+    mapped = Mapped.from_sample(p.size, r, tiles)
+    mapped.keys, mapped.key_step = keys, max(1, step)
+    return mapped
+
+
+def make_view(size: int, bases: tuple[Placement, ...],
+              index: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> Placement:
+    """A view of `bases`; a view of views is stacked up to MAX_VIEW_DEPTH deep, then its
+    bases are materialised, so long chains of views cost the same per op."""
+    depth = 1 + max((b.depth for b in bases if isinstance(b, View)), default=0)
+    if depth > MAX_VIEW_DEPTH:
+        bases = tuple(materialise(b) if isinstance(b, View) else b for b in bases)
+        depth = 1
+    return View(size, bases, index, depth)
 
 
 def _unravel(r: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -164,7 +248,7 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
         return None
     out, a = op.results[0], op.operands[0]
     attrs, kind = op.attributes, op.kind
-    if kind in ("reshape", "bitcast_convert") and out.size == a.size:
+    if kind in _SAME_ELEMENTS and out.size == a.size:
         return lambda r: (np.zeros_like(r), r)
     if kind == "slice":
         start, stride = attrs["start_indices"], attrs.get("strides") or [1] * len(a.shape)
@@ -224,6 +308,9 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
     return None
 
 
+# Views whose elements keep their flat indices: the result is placed as its operand.
+# (a reduction of size-1 dimensions only is a reshape).
+_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce"})
 # Ops whose k-th result lives where their k-th operand does.
 _SAME_AS_OPERANDS = frozenset({"while", "optimization_barrier", "scatter",
                                "dynamic_update_slice"})
@@ -287,6 +374,15 @@ class Layouts:
     def planned(self, vid: int) -> bool:
         return vid not in self._unplanned
 
+    def assign(self, vid: int, placement: Placement, planned: bool = False) -> None:
+        """Place value vid as given (a layout a program chose itself, e.g. Mapped.from_tiles);
+        `planned`: whether a matmul or gather may still lay it out for its plan."""
+        self._where[vid] = placement
+        if planned:
+            self._unplanned.discard(vid)
+        else:
+            self._unplanned.add(vid)
+
     def record(self, op: Op, cls: str, placement: Placement | None) -> None:
         """Note where the results of a costed op live. `placement` is the one its cost rule
         chose for an elementwise result; views keep their operands' elements in place."""
@@ -311,9 +407,12 @@ class Layouts:
         if index is not None:
             bases = tuple(self.of(v, t) for v, t in operands[:len(op.operands) if
                                                              op.kind == "concatenate" else 1])
-            everywhere = all(isinstance(b, Everywhere) for b in bases)
-            self._where[rid] = Everywhere(out.size) if everywhere else \
-                View(out.size, bases, index)
+            if all(isinstance(b, Everywhere) for b in bases):
+                self._where[rid] = Everywhere(out.size)
+            elif op.kind in _SAME_ELEMENTS and bases[0].size == out.size:
+                self._where[rid] = bases[0]  # row-major flat indices are unchanged
+            else:
+                self._where[rid] = make_view(out.size, bases, index)
             if not all(self.planned(v) for v, _ in operands):
                 self._unplanned.add(rid)
             return

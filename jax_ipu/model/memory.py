@@ -10,19 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jax_ipu.model import tiles
+from jax_ipu.model.code import code_per_tile
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
-from jax_ipu.model.ir import Op, Program
+from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
 from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
-from jax_ipu.model.targets import (
-    CONTROL_CODE_BYTES_PER_STEP,
-    CONTROL_CODE_BYTES_PER_TILE,
-    EXCHANGE_CODE_BYTES_PER_STEP,
-    VERTEX_CODE_BYTES_PER_KIND,
-    VERTEX_STATE_BYTES_PER_OP,
-    Target,
-)
+from jax_ipu.model.streaming import PINNED_HOST, Placement, capacity
+from jax_ipu.model.targets import Target
 
 MAX_CONTRIBUTORS = 8
 _IN_PLACE = ("elementwise", "conversion")
@@ -37,14 +33,23 @@ class _Buffer:
     end: int  # last step it is live at (inclusive)
     location: str
     always_live: bool = False
+    layout: dict[int, int] | None = None  # bytes per tile, when placed (jax_ipu.tile)
+
+    def lay_out(self, layout: dict[int, int]) -> None:
+        self.layout, self.nbytes = layout, sum(layout.values())
+
+
+# What an op needs only while it runs: (bytes spread linearly, or evenly over `tiles` tiles
+# when that is not 0, and bytes per named tile for tile-level programs).
+Transient = tuple[int, int, "dict[int, int] | None"]
 
 
 @dataclass
 class _Liveness:
     buffers: list[_Buffer]
     steps: list[Op]  # the stored (non-fused) ops, one per step
-    # per step: (bytes, tiles) of matmul workspace or loop-body temporaries; 0 tiles = linear
-    transient: list[tuple[int, int]]
+    # per step: matmul workspace, vertex temporaries or loop-body temporaries
+    transient: list[Transient]
 
 
 def _uses_at(op: Op) -> list[int]:
@@ -55,12 +60,17 @@ def _uses_at(op: Op) -> list[int]:
 
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
-              shards: dict[int, tuple[int, ...]]) -> _Liveness:
+              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
     """Buffers of one block; args are the block's inputs (None for values owned elsewhere).
 
-    Results with known shards (Program.shards) take the bytes of one device's shard."""
+    Results with known shards (Program.shards) take the bytes of one device's shard; results in
+    another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
+    ops = schedule(ops, uses)
     groups = fusion(ops, uses)
-    root_of = {id(p): root for root, producers in groups.items() for p in producers}
+    root_of: dict[int, int] = {}  # a producer computed in several roots lives to the last
+    for root, producers in groups.items():
+        for p in producers:
+            root_of[id(p)] = max(root, root_of.get(id(p), root))
     stored = [i for i, op in enumerate(ops) if id(op) not in root_of]
     step_of = {i: s for s, i in enumerate(stored)}
     n = max(1, len(stored))
@@ -83,14 +93,20 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                 b.end = last.get(vid, 0)
             buf_of[vid] = [len(buffers)]
             buffers.append(b)
-    transient: list[tuple[int, int]] = []
+    transient: list[Transient] = []
     for i in stored:
         op, s = ops[i], step_of[i]
-        transient.append(_transient(op, uses, rows, shards))
+        transient.append(_transient(op, uses, rows, shards, off_tile))
+        for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
+            for b in buf_of.get(op.operand_ids[j], []):
+                if buffers[b].category == "constants":
+                    buffers[b].lay_out(layout)
         cls = op_class(op)
         reads = [v for o in (op, *groups.get(i, [])) for v in o.operand_ids]
         for k, rid in enumerate(op.result_ids):
             rtype = op.results[k].shard(shards.get(rid))
+            if rid in off_tile:
+                rtype = TensorType((0,), rtype.dtype)
             if op.kind == "constant":
                 buf_of[rid] = [len(buffers)]
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
@@ -109,7 +125,37 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             buffers.append(_Buffer(
                 f"{op.kind} result", "outputs" if rid in outputs else "temporaries",
                 rtype.nbytes, s, max(s, last.get(rid, s)), str(op.location)))
-    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0)])
+            layout = tiles.result_layout(op, k)
+            if layout is not None:
+                buffers[-1].lay_out(layout)
+    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)])
+
+
+def schedule(ops: list[Op], uses: Counter) -> list[Op]:
+    """The order a block runs in for memory: program order, except that an elementwise op
+    that can write over an operand it alone reads runs as soon as its operands exist (so a
+    gradient is added into its accumulator as soon as it is made, not after the whole
+    backward pass), as Poplar's and XLA's schedulers order such ops to shorten lifetimes."""
+    made: dict[int, tuple[int, int]] = {}  # value -> (anchor op index, depth)
+    keys = []
+    for i, op in enumerate(ops):
+        if _early(op, uses):
+            anchor = max((made.get(v, (-1, 0)) for v in op.operand_ids), default=(-1, 0))
+            key = (anchor[0], anchor[1] + 1, i)
+        else:
+            key = (i, 0, i)
+        for r in op.result_ids:
+            made[r] = key[:2]
+        keys.append(key)
+    return [ops[i] for i in sorted(range(len(ops)), key=keys.__getitem__)]
+
+
+def _early(op: Op, uses: Counter) -> bool:
+    if op_class(op) not in _IN_PLACE or op.regions or len(op.results) != 1:
+        return False
+    size = op.results[0].size
+    return any(uses[v] == 1 and t.size == size
+               for v, t in zip(op.operand_ids, op.operands, strict=False))
 
 
 def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
@@ -121,7 +167,10 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     ops (barriers) are their operands' memory, as in Poplar. Dynamic updates and scatters
     write into their first operand when it is one whole buffer that dies there. An
     elementwise result takes over an operand of its size that dies at this op, as Poplar's
-    in-place map expressions do."""
+    in-place map expressions do. Tile-level ops say themselves (model/tiles.py)."""
+    j = tiles.aliased_operand(op, k)
+    if j is not None:
+        return sorted(set(buf_of.get(op.operand_ids[j], []))) or None
     if cls in ALIASING:
         if op.kind == "concatenate" or cls == "view":
             held = [j for v in op.operand_ids for j in buf_of.get(v, [])]
@@ -145,55 +194,91 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
 
 
 def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
-               shards: dict[int, tuple[int, ...]]) -> tuple[int, int]:
-    """(bytes, tiles) an op needs only while it runs: matmul blocks, loop-body temporaries."""
+               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> Transient:
+    """What an op needs only while it runs: matmul blocks, vertex temporaries, loop-body
+    temporaries (those placed on named tiles stay on them)."""
+    placed = tiles.workspace_layout(op)
+    if placed is not None:
+        return 0, 0, placed
     row = rows.get(id(op))
-    work = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles) if row else (0, 0)
+    work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
+                       None) if row else (0, 0, None)
     for region in op.regions:
-        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards)
+        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards,
+                          off_tile)
+        if _placed(inner):
+            return _placed_peak(inner)
         peak = _peak(inner)
         if peak > work[0]:
-            work = (peak, 0)
+            work = (peak, 0, None)
     return work
+
+
+def _placed(live: _Liveness) -> bool:
+    return any(b.layout for b in live.buffers) or any(t[2] for t in live.transient)
+
+
+def _placed_peak(live: _Liveness) -> Transient:
+    """A block holding values on named tiles, as one transient: the peak of its other bytes
+    (spread linearly) and each named tile's own peak."""
+    linear, per_tile = 0, Counter()
+    for s, (tbytes, _, layout) in enumerate(live.transient):
+        here = Counter(layout or {})
+        flat = tbytes
+        for b in live.buffers:
+            if b.start <= s <= b.end:
+                if b.layout:
+                    here.update(b.layout)
+                else:
+                    flat += b.nbytes
+        linear = max(linear, flat)
+        for tile, nbytes in here.items():
+            per_tile[tile] = max(per_tile[tile], nbytes)
+    return linear, 0, dict(per_tile)
 
 
 def _peak(live: _Liveness) -> int:
     """Largest bytes live at one step of a block, its transients included."""
-    best = 0
-    for s, (tbytes, _) in enumerate(live.transient):
-        total = tbytes + sum(b.nbytes for b in live.buffers if b.start <= s <= b.end)
-        best = max(best, total)
-    return best
+    n = len(live.transient)
+    delta = np.zeros(n + 1, dtype=np.int64)
+    for b in live.buffers:
+        if b.start <= b.end and b.start < n:
+            delta[b.start] += b.nbytes
+            delta[min(b.end, n - 1) + 1] -= b.nbytes
+    work = np.array([t + sum((layout or {}).values()) for t, _, layout in live.transient],
+                    dtype=np.int64)
+    return int((np.cumsum(delta[:n]) + work).max()) if n else 0
 
 
-def code_bytes_per_tile(rows: list[OpRow]) -> dict[str, int]:
-    """Code and vertex state on every tile, by Poplar's categories (assumed on all tiles)."""
-    computing = [r for r in rows if r.cost.compute_cycles > 0]
-    kinds = {o.kind for r in computing for o in (r.op, *r.fused)}
-    return {
-        "control code": CONTROL_CODE_BYTES_PER_TILE +
-        CONTROL_CODE_BYTES_PER_STEP * sum(1 for r in rows if r.cost.syncs),
-        "vertex code": VERTEX_CODE_BYTES_PER_KIND * len(kinds),
-        "vertex state": VERTEX_STATE_BYTES_PER_OP * len(computing),
-        "exchange code": EXCHANGE_CODE_BYTES_PER_STEP *
-        sum(1 for r in rows if r.cost.exchange_cycles > 0),
-    }
+def _vector(layout: dict[int, int], num_tiles: int) -> np.ndarray:
+    out = np.zeros(num_tiles, dtype=np.int64)
+    for tile, nbytes in layout.items():
+        if 0 <= tile < num_tiles:
+            out[tile] += nbytes
+    return out
 
 
-def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> MemoryReport:
-    """Liveness, tile mapping and per-tile peaks of a program on a target."""
+def analyze_memory(program: Program, rows: list[OpRow], target: Target,
+                   placement: Placement | None = None) -> MemoryReport:
+    """Liveness, tile mapping and per-tile peaks of a program on a target. Tile memory holds only
+    the values `placement` leaves in kind "device"; the others are what it says they hold."""
     t = target.num_tiles
     uses = use_counts(program)
     by_op = {id(r.op): r for r in rows}
-    inputs = program.per_device(program.inputs, program.input_ids)
-    outputs = program.per_device(program.outputs, program.output_ids)
+    placement = placement or Placement()
+    off_tile = placement.off_tile
+    on_tile = {vid: vid not in off_tile for vid in (*program.input_ids, *program.output_ids)}
+    all_inputs = program.per_device(program.inputs, program.input_ids)
+    all_outputs = program.per_device(program.outputs, program.output_ids)
+    inputs = _on_tile(all_inputs, program.input_ids, on_tile)
+    outputs = _on_tile(all_outputs, program.output_ids, on_tile)
     args = [
         _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
                 "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
                 0, "<argument>", always_live=i not in program.donated_inputs)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
-                     program.shards)
+                     program.shards, off_tile)
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
@@ -204,8 +289,11 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
     vectors = []
     start = 0
     for b in live.buffers:
-        vec = linear_mapping(b.nbytes, t, start)
-        start = (start + tiles_used(b.nbytes, t)) % t
+        if b.layout:
+            vec = _vector(b.layout, t)
+        else:
+            vec = linear_mapping(b.nbytes, t, start)
+            start = (start + tiles_used(b.nbytes, t)) % t
         vectors.append(vec)
         if b.always_live:
             always += vec
@@ -213,13 +301,16 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
             delta[b.start] += vec
             delta[b.end + 1] -= vec
     work_vecs = []
-    for s, (nbytes, tiles) in enumerate(live.transient):
-        vec = uniform_share(nbytes, tiles, t) if tiles else linear_mapping(nbytes, t)
+    for s, (nbytes, spread, layout) in enumerate(live.transient):
+        vec = uniform_share(nbytes, spread, t) if spread else linear_mapping(nbytes, t)
+        if layout:
+            vec = vec + _vector(layout, t)
         work_vecs.append(vec)
         delta[s] += vec
         delta[s + 1] -= vec
-    code = code_bytes_per_tile(rows)
-    always += sum(code.values())
+    code = code_per_tile(rows, target)
+    code_here = sum(code.values())
+    always += code_here
     per_step = np.cumsum(delta[:n], axis=0)
     per_tile = per_step.max(axis=0) + always
     curve = per_step.sum(axis=1) + int(always.sum())
@@ -236,7 +327,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
             by_category[b.category] += b.nbytes
     by_category["workspace"] += int(work_vecs[peak_step].sum())
     for name, per in code.items():
-        by_category[name] += per * t
+        by_category[name] += int(per.sum())
 
     contributors = [Contributor(b.name, b.category, int(v[max_tile]), b.nbytes, b.location)
                     for b, v in zip(live.buffers, vectors, strict=False)
@@ -247,8 +338,8 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
             f"{op.kind if op else 'op'} workspace", "workspace",
             int(work_vecs[tile_step][max_tile]), int(work_vecs[tile_step].sum()),
             str(op.location) if op else "<unknown>"))
-    contributors += [Contributor(name, name, per, per * t, "<code>") for name, per in
-                     code.items()]
+    contributors += [Contributor(name, name, int(per[max_tile]), int(per.sum()), "<code>")
+                     for name, per in code.items() if per[max_tile]]
     contributors.sort(key=lambda c: -c.bytes_on_tile)
 
     always_total = int(always.sum())
@@ -258,7 +349,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
         always_live_bytes=always_total,
         not_always_live_peak_bytes=peak - always_total,
         peak_bytes=peak, peak_step=peak_step,
-        code_bytes_per_tile=int(sum(code.values())),
+        code_bytes_per_tile=int(code_here[max_tile]),
         per_tile_bytes=per_tile, max_tile=max_tile, max_tile_bytes=int(per_tile[max_tile]),
         tiles_out_of_memory=[int(i) for i in np.nonzero(per_tile > target.bytes_per_tile)[0]],
         top_contributors=contributors[:MAX_CONTRIBUTORS],
@@ -268,7 +359,18 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target) -> Memor
         argument_bytes=sum(ty.nbytes for ty in inputs),
         output_bytes=sum(ty.nbytes for ty in outputs),
         alias_bytes=sum(inputs[i].nbytes for i in program.aliases if i < len(inputs)),
-        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]))
+        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]),
+        other_kinds=dict(placement.held),
+        host_argument_bytes=sum(a.nbytes for a in all_inputs) - sum(a.nbytes for a in inputs),
+        host_output_bytes=sum(o.nbytes for o in all_outputs) - sum(o.nbytes for o in outputs),
+        streaming_memory_limit=capacity(target, PINNED_HOST))
+
+
+def _on_tile(types: tuple[TensorType, ...], ids: tuple[int, ...], on_tile: dict[int, bool]
+             ) -> tuple[TensorType, ...]:
+    """`types`, with those of values in another memory kind than tile memory at 0 bytes."""
+    return tuple(t if on_tile.get(vid, True) else TensorType((0,), t.dtype)
+                 for t, vid in zip(types, ids, strict=False)) + types[len(ids):]
 
 
 def _outside_shard_maps(ops: list[Op]) -> Iterator[Op]:

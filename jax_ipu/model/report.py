@@ -39,7 +39,7 @@ class MemoryReport:
     not_always_live_peak_bytes: int
     peak_bytes: int
     peak_step: int
-    code_bytes_per_tile: int
+    code_bytes_per_tile: int  # code and vertex state on the busiest tile
     per_tile_bytes: np.ndarray  # int64[num_tiles]: each tile's own peak
     max_tile: int
     max_tile_bytes: int
@@ -50,10 +50,25 @@ class MemoryReport:
     output_bytes: int
     alias_bytes: int
     temporary_bytes: int
+    # Bytes the program holds in the other memory kinds (pinned_host: Streaming Memory,
+    # unpinned_host: host memory), and what of its arguments and outputs live there.
+    other_kinds: dict[str, int] = field(default_factory=dict)
+    host_argument_bytes: int = 0
+    host_output_bytes: int = 0
+    streaming_memory_limit: int | None = None  # this IPU's share of its machine's
+
+    @property
+    def streaming_memory_bytes(self) -> int:
+        return self.other_kinds.get("pinned_host", 0)
+
+    @property
+    def streaming_out_of_memory(self) -> bool:
+        limit = self.streaming_memory_limit
+        return limit is not None and self.streaming_memory_bytes > limit
 
     @property
     def out_of_memory(self) -> bool:
-        return bool(self.tiles_out_of_memory)
+        return bool(self.tiles_out_of_memory) or self.streaming_out_of_memory
 
 
 @dataclass
@@ -80,6 +95,11 @@ class OpReport:
     tiles: int
     note: str
     link_bytes: int = 0  # bytes one IPU sends to other IPUs over IPU-Links or GW-Links
+    # moves between memory kinds (Streaming Memory, host memory): their fixed part and bytes
+    streaming_setup_cycles: float = 0.0
+    streaming_cycles: float = 0.0
+    plan: str = ""  # for planned ops (matmul, conv, gather, scatter...): the plan chosen
+    runner_up: str = ""  # the best plan of another kind, and why it lost
 
 
 @dataclass
@@ -94,6 +114,10 @@ class CyclesReport:
     unknown_trip_counts: int
     unmodelled_ops: list[str]
     call: int = 0  # what the host adds to every call: starting the program, hearing it end
+    # moves between memory kinds inside the program (in total): set-ups, and bytes over the
+    # gateway (Streaming Memory) or the host link (host memory)
+    streaming_setup: float = 0.0
+    streaming: float = 0.0
 
 
 @dataclass
@@ -109,6 +133,9 @@ class ProgramReport:
     bytes_accessed: int
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    # jax_ipu.tile programs: compute cycles and exchanged bytes per tile, vertices by tile,
+    # cycle counters (model/tiles.py tile_view); None for programs without tile ops
+    tiles: dict | None = None
 
     def to_dict(self) -> dict:
         """JSON-serialisable report. Schema (version 1), all sizes in bytes:
@@ -132,12 +159,16 @@ class ProgramReport:
           (total is the program on the chip; call is what the host adds to each call of it)
         - ops: [{name, kind, op_class, location, file, line, shapes, executions, depth,
           fused: [kind], flops, bytes_accessed, compute_cycles, exchange_cycles, sync_cycles,
-          host_cycles, cycles, tiles, note, link_bytes}] in program order (region bodies
+          host_cycles, cycles, tiles, note, link_bytes, plan, runner_up}] in program order
+          (region bodies
           follow their op); a collective's link time is in exchange_cycles, and its note names
           the algorithm, group size, steps and slowest link (and, for one that XLA's SPMD
           partitioner inserted into a sharded jax.jit program, says so; such a row follows
           the rows of its source line)
         - flops, bytes_accessed, seconds (total cycles at the target clock), warnings: [str]
+        - tiles: null, or for a jax_ipu.tile program {compute_cycles: [per tile],
+          exchange_bytes: [per tile], vertices: [{vertex, location, tiles, executions,
+          cycles_per_tile}], counters: {site: {cycles, location, problem}}}
         """
         target = asdict(self.target)
         target["supported_dtypes"] = sorted(self.target.supported_dtypes)
@@ -153,13 +184,31 @@ class ProgramReport:
             "memory": memory, "cycles": asdict(self.cycles),
             "ops": [asdict(o) for o in self.ops], "flops": int(self.flops),
             "bytes_accessed": int(self.bytes_accessed), "seconds": float(self.seconds),
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "tiles": self.tiles,
         }
+
+
+def format_streaming_out_of_memory(report: ProgramReport) -> str:
+    """Why a program's Streaming Memory (JAX kind pinned_host) does not fit, and what to try."""
+    mem, target = report.memory, report.target
+    have = (f"each {target.version} IPU has {mem.streaming_memory_limit} bytes of it (its share "
+            "of its IPU-Machine's)" if mem.streaming_memory_limit else
+            f"an {target.version} has none (a C2 PCIe card has no Streaming Memory)")
+    return "\n".join([
+        f"Out of Streaming Memory: program {report.program} holds {mem.streaming_memory_bytes} "
+        f"bytes in memory kind pinned_host but {have}.",
+        "What to try: keep fewer arrays in pinned_host (offload only the largest state), shard "
+        "them over more IPUs, keep some in unpinned_host (host memory, over the host link), or "
+        "use jax_ipu_model_version='ipu2' (IPU-M2000) or 'ipu21' (Bow-2000), which have "
+        "Streaming Memory.",
+    ])
 
 
 def format_out_of_memory(report: ProgramReport) -> str:
     """Poplar's out-of-memory message, with the largest contributors and what to try."""
     mem, target = report.memory, report.target
+    if not mem.tiles_out_of_memory:
+        return format_streaming_out_of_memory(report)
     lines = [
         f"Out of memory on tile {mem.max_tile}: {mem.max_tile_bytes} bytes used but tiles only "
         f"have {target.bytes_per_tile} bytes of memory",
@@ -180,5 +229,10 @@ def format_out_of_memory(report: ProgramReport) -> str:
         f"lower jax_ipu_available_memory_proportion (now {target.available_memory_proportion:g})",
         "  - donate inputs you no longer need (jax.jit(..., donate_argnums=...)) so results "
         "reuse their memory",
+        "  - keep large state that a step reads once (e.g. optimizer state) in Streaming Memory: "
+        "a jit in/out sharding with memory_kind='pinned_host', brought in with jax.device_put "
+        "inside the step",
     ]
+    if mem.streaming_out_of_memory:
+        lines += ["", format_streaming_out_of_memory(report)]
     return "\n".join(lines)

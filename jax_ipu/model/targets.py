@@ -1,6 +1,7 @@
 """Every IPU hardware figure and model constant, named, with its source and grade.
 
-Grades as in IPU_FACTS.md: [P] Graphcore's own, [S] second-hand, [D] derived or assumed here."""
+Grades: [P] Graphcore's own (code, docs, saved outputs) or an author's own measurement, [S]
+second-hand, [D] derived or assumed here. Sources are publications, named by id in SOURCES."""
 
 from __future__ import annotations
 
@@ -10,29 +11,91 @@ from jax_ipu.errors import IpuConfigError
 
 KIB = 1024
 
-# Calibration ids (C-1 ... L-2) name entries of IPU_CALIBRATION.md, the published hardware
-# measurements the constants below were fitted to; tests/test_calibration.py checks each one.
+# The publications the figures below come from (title, where, which table or figure). Ids C-*,
+# M-*, H-*, L-*, D-* are hardware measurements; tests/test_calibration.py checks the model
+# against each one, and jax_ipu/model/calibration/ holds the data sets a user can check.
+SOURCES: dict[str, str] = {
+    "G-1": "Graphcore, IPU Programmer's Guide, 'IPU hardware overview' (tiles, memory per "
+           "tile, workers, BSP): https://docs.graphcore.ai/projects/ipu-programmers-guide/",
+    "G-2": "Graphcore, IPU-M2000 and Bow-2000 datasheets (IPUs per machine, IPU-Link and "
+           "GW-Link ports and rates, Streaming Memory): https://www.graphcore.ai/products",
+    "G-3": "Graphcore, Poplar and PopLibs API reference, 'poplar/Type.hpp' and "
+           "'poplar/QuarterFloat.hpp' (device number formats): "
+           "https://docs.graphcore.ai/projects/poplar-api/",
+    "G-4": "graphcore/poplibs, lib/poplin/ConvPlan.cpp and lib/poplin/ConvModel.cpp (AMP "
+           "unit inputs per cycle, planner sync and exchange constants, availableMemoryProportion "
+           "0.6): https://github.com/graphcore/poplibs",
+    "G-5": "graphcore/poplibs, lib/popops/DynamicSlice.cpp (embedding planner: slice/update "
+           "splits) and lib/popops/PerformanceEstimation.cpp (MultiSlice / MultiUpdateOp vertex "
+           "cycles): https://github.com/graphcore/poplibs",
+    "G-6": "Graphcore, Poplar and PopLibs User Guide, 'Memory usage' (vertex state, edges, "
+           "exchange and control code) and PopVision Graph Analyser docs: "
+           "https://docs.graphcore.ai/projects/poplar-user-guide/",
+    "G-7": "Graphcore, PopART User Guide, 'Session options: enableOutlining' (on by default: "
+           "identical subgraphs are compiled once and called, saving code memory): "
+           "https://docs.graphcore.ai/projects/popart-user-guide/",
+    "G-8": "graphcore/examples, vision/cnns/pytorch/train/configs.yml, 'resnet50': micro-batch "
+           "18 per IPU, precision 16.16, manual recomputation, availableMemoryProportion 0.16, "
+           "one IPU per replica on IPU-M2000: https://github.com/graphcore/examples",
+    "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
+           "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
+           "https://github.com/graphcore-research/tessellate-ipu",
+    "C-2": "graphcore-research/sparsity-benchmarks, analysis notebook, dense fp16 matmul "
+           "TFLOP/s plot (values read off, +-7%): "
+           "https://github.com/graphcore-research/sparsity-benchmarks",
+    "C-3": "graphcore-research/tessellate-ipu, tests (cycle counts in comments: scaled add, "
+           "2x2 rotation, Householder update on one Mk2 tile)",
+    "C-4": "UCL-RITS/pi_examples, IPU (Poplar) version, README timings on a Bow: "
+           "https://github.com/UCL-RITS/pi_examples",
+    "C-5": "graphcore/tutorials, tutorials/popvision/lightweight_profiling README (cycle "
+           "counter and vertex launch cycles): https://github.com/graphcore/tutorials; and "
+           "G-4's planner constants (90 cycles a sync, 100 per exchange)",
+    "C-6": "graphcore/tutorials, tutorials/poplar/tut6_matrix_vector (matrix-vector on Mk2, "
+           "PopVision execution summary against the IPU Model)",
+    "M-1": "T. Louw, S. McIntosh-Smith, 'Using the Graphcore IPU for Traditional HPC "
+           "Applications', EasyChair Preprint 4896 (2021), Table I (STREAM on a GC2): "
+           "https://easychair.org/publications/preprint/ztfj",
+    "H-1": "Graphcore, Command Line Tools, 'gc-hosttraffictest' example output (IPU-M2000): "
+           "https://docs.graphcore.ai/projects/command-line-tools/",
+    "H-2": "graphcore/examples, vision/efficientdet/tensorflow2/README.md (results to the host "
+           "through the M2000 gateway): https://github.com/graphcore/examples",
+    "H-3": "graphcore/tutorials, tutorials/popvision/lightweight_profiling README "
+           "(StreamCopyBegin / Mid / End cycles of one int32 on Mk2)",
+    "H-4": "graphcore/tutorials, tutorials/poplar/tut6_matrix_vector (first-run totals)",
+    "H-5": "graphcore/tutorials, tutorials/pytorch/efficient_data_loading README (PopTorch "
+           "small CNN, synthetic against real data)",
+    "D-1": "graphcore/Gradient-Pytorch-Geometric, ipu-speed-advantage: benchmark_util.py "
+           "(programs) and precomputed_results/ipu/{gather,scatter_add}.csv (Bow, fp32): "
+           "https://github.com/graphcore/Gradient-Pytorch-Geometric",
+    "L-1": "Graphcore, Command Line Tools, 'gc-iputraffictest' example output (two IPUs of "
+           "an IPU-M2000): https://docs.graphcore.ai/projects/command-line-tools/",
+    "L-2": "graphcore/poplibs, multi-IPU test model constants (128 Gibit/s per IPU-Link at "
+           "0.85 efficiency, 15 ns per sync hop)",
+    "S-1": "Second-hand summaries of Graphcore launch material (peak TFLOP/s, aggregate link "
+           "and memory bandwidth), e.g. Jia et al., 'Dissecting the Graphcore IPU "
+           "Architecture via Microbenchmarking' (Citadel, 2019): arXiv:1912.03413",
+}
 
 # --- Chips ------------------------------------------------------------------------------------
-IPU1_TILES = 1216  # [P] GC2 / Mk1
-IPU2_TILES = 1472  # [P] GC200 / Mk2
-IPU21_TILES = 1472  # [S] Bow / C600
-IPU1_BYTES_PER_TILE = 256 * KIB  # [P]
-IPU2_BYTES_PER_TILE = 638_976  # [P] 624 KiB, as in Poplar's OOM message
-IPU21_BYTES_PER_TILE = 638_976  # [S] 624 KiB
-IPU1_CLOCK_HZ = 1.6e9  # [P]
-IPU2_CLOCK_HZ = 1.33e9  # [D from P]
-IPU21_CLOCK_HZ = 1.85e9  # [S] Bow
-WORKER_THREADS_PER_TILE = 6  # [P] all versions; they issue in turn, one instruction a cycle
+IPU1_TILES = 1216  # [P] G-1, GC2 / Mk1
+IPU2_TILES = 1472  # [P] G-1, GC200 / Mk2
+IPU21_TILES = 1472  # [S] S-1, Bow / C600
+IPU1_BYTES_PER_TILE = 256 * KIB  # [P] G-1
+IPU2_BYTES_PER_TILE = 638_976  # [P] G-1: 624 KiB, as in Poplar's out-of-memory message
+IPU21_BYTES_PER_TILE = 638_976  # [S] S-1: 624 KiB
+IPU1_CLOCK_HZ = 1.6e9  # [P] M-1
+IPU2_CLOCK_HZ = 1.33e9  # [D from P] C-6's cycles against its microseconds
+IPU21_CLOCK_HZ = 1.85e9  # [P] D-1 (benchmark_util.py's Bow clock)
+WORKER_THREADS_PER_TILE = 6  # [P] G-1, all versions; they issue in turn, one instruction a cycle
 
 # Multiply-unit (AMP) throughput per tile per cycle; peak = tiles x this x clock.
-IPU1_FP16_FLOPS_PER_TILE_CYCLE = 64  # [D] from 124.5 TFLOP/s [S]
-IPU1_FP32_FLOPS_PER_TILE_CYCLE = 16  # [D] from 31.1 TFLOP/s [S]
-IPU2_FP16_FLOPS_PER_TILE_CYCLE = 128  # [D] 64 MAC, from 250 TFLOP/s [S]; C-1 measures 64 MAC
-IPU2_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] 16 MAC, from 62.5 TFLOP/s [S]
+IPU1_FP16_FLOPS_PER_TILE_CYCLE = 64  # [D] from 124.5 TFLOP/s [S] S-1
+IPU1_FP32_FLOPS_PER_TILE_CYCLE = 16  # [D] from 31.1 TFLOP/s [S] S-1
+IPU2_FP16_FLOPS_PER_TILE_CYCLE = 128  # [D] 64 MAC, from 250 TFLOP/s [S] S-1; C-1 measures 64
+IPU2_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] 16 MAC, from 62.5 TFLOP/s [S] S-1
 IPU21_FP16_FLOPS_PER_TILE_CYCLE = 128  # [P] C-1: 64 fp16 MAC per cycle per tile on Bow
 IPU21_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] not published; assumed as ipu2 (same tile design)
-# Each AMP unit takes this many input elements a cycle [P, poplibs constants in IPU_FACTS];
+# Each AMP unit takes this many input elements a cycle [P, G-4];
 # units per tile = MACs per cycle / this [D]. Products are padded to whole units and inputs.
 AMP_FP16_INPUTS_PER_CYCLE = 4  # [P]
 AMP_FP32_INPUTS_PER_CYCLE = 2  # [P]
@@ -75,6 +138,12 @@ IPU1_DEVICE_TO_HOST_BYTES_PER_S = IPU2_DEVICE_TO_HOST_BYTES_PER_S  # [D]
 # Seconds, so that each chip converts at its own clock. Was 5,000 cycles a transfer [D].
 HOST_SYNC_S = 82_000 / IPU2_CLOCK_HZ  # [P] H-3: one handshake with the host, ~62 us
 STREAM_COPY_MID_S = 1_500 / IPU2_CLOCK_HZ  # [P] H-3: the data phase's fixed part, ~1.1 us
+# Around each stream copy the host copies the bytes between the user's array and the stream
+# buffer. H-5 [P]: real data adds 546 us a device iteration over synthetic data for 1 MiB of
+# input; one stream copy of it takes 124 us of set-up (H-3) and 149 us on the link (H-1),
+# leaving 273 us of host-side copying for 1 MiB (PopTorch's data loader included): 3.8 GB/s.
+# Fitted on H-5, the only figure that isolates it; held back: H-2 (link only, see the tests).
+HOST_STAGING_BYTES_PER_S = 3.84e9  # [D from P] H-5
 # Running a program from the host starts it and waits to hear it has finished: the two
 # handshakes of a stream copy without its data phase [D from P, H-3]. Was not charged.
 CALL_HOST_SYNCS = 2  # [D]
@@ -83,12 +152,12 @@ CALL_HOST_SYNCS = 2  # [D]
 # gc-iputraffictest moves 423 Gbit/s both ways between neighbouring IPUs of an M2000 [P, L-1],
 # which is two such links each way. Was 32 GB/s per link [D] and 4 links to a neighbour.
 IPU_LINK_EFFICIENCY = 0.85  # [P] L-2
-IPU1_LINKS = 3  # [S] between the 2 chips of a card
+IPU1_LINKS = 3  # [S] S-1: between the 2 chips of a card
 IPU1_LINK_BYTES_PER_S = 64e9  # [S] per link
-IPU2_LINKS = 10  # [S] 320 GB/s in total
+IPU2_LINKS = 10  # [S] S-1: 320 GB/s in total
 IPU2_LINK_BYTES_PER_S = 128 * 2**30 / 8 * IPU_LINK_EFFICIENCY  # [P] L-2: 14.6 GB/s
 IPU21_LINKS = 10  # [D] as ipu2
-IPU21_LINK_BYTES_PER_S = 64e9  # [P] 512 Gbps per link
+IPU21_LINK_BYTES_PER_S = 64e9  # [P] G-2: 512 Gbps per link
 # Link figures are taken as each direction of a full-duplex link [D].
 # Links from an IPU to each ring neighbour in its own machine.
 IPU2_LINKS_PER_NEIGHBOUR = 2  # [D from P] L-1
@@ -97,8 +166,8 @@ IPU1_LINKS_PER_NEIGHBOUR = IPU1_LINKS / 2  # [D] a ring of the card's pair: half
 # --- IPU-PODs: machines of chips, IPU-Links between machines, GW-Links between PODs ----------
 # Device ids map onto machines in order: ids 0-3 are the first IPU-M2000, 4-7 the second...
 IPU1_IPUS_PER_MACHINE = 2  # [S] a C2 card holds an ipu1 pair
-IPU2_IPUS_PER_MACHINE = 4  # [P] an IPU-M2000 holds 4 GC200
-IPU21_IPUS_PER_MACHINE = 4  # [P] a Bow-2000 holds 4 Bow IPUs
+IPU2_IPUS_PER_MACHINE = 4  # [P] G-2: an IPU-M2000 holds 4 GC200
+IPU21_IPUS_PER_MACHINE = 4  # [P] G-2: a Bow-2000 holds 4 Bow IPUs
 # An IPU-M2000 has 8 IPU-Link ports to other machines [P] for its 4 IPUs: 2 per IPU [D]; the
 # other 8 of an ipu2's 10 links join it to the IPUs of its own machine [D]. Bow-2000 as M2000.
 IPU2_POD_LINKS_PER_IPU = 2  # [D] 8 ports [P] / 4 IPUs
@@ -110,50 +179,99 @@ IPU1_POD_LINKS_PER_IPU = 1  # [D] assumption: one cable link from each chip to t
 # IPUs that IPU-Links alone connect: an IPU-POD64 of 16 machines [P]; ipu1 servers held 8
 # C2 cards [S]. Beyond that, traffic leaves through the machine's gateway.
 IPU1_LINK_DOMAIN_IPUS = 16  # [S]
-IPU2_LINK_DOMAIN_IPUS = 64  # [P] IPU-POD64
-IPU21_LINK_DOMAIN_IPUS = 64  # [P] Bow Pod64
+IPU2_LINK_DOMAIN_IPUS = 64  # [P] G-2: IPU-POD64
+IPU21_LINK_DOMAIN_IPUS = 64  # [P] G-2: Bow Pod64
 # GW-Links between PODs: 2 x 100 Gbps per machine [P] (Bow-2000 datasheet; M2000 has 2 GW-Link
 # ports [P]); assumed for ipu1's host network too [D].
-GW_LINKS_PER_MACHINE = 2  # [P]
-GW_LINK_BYTES_PER_S = 100e9 / 8  # [P] 100 Gbps
+GW_LINKS_PER_MACHINE = 2  # [P] G-2
+GW_LINK_BYTES_PER_S = 100e9 / 8  # [P] G-2: 100 Gbps
 # Fixed cost of one step of a collective between IPUs: a global sync over the Sync-Links,
 # 15 ns per hop in PopLibs' multi-IPU model [P, L-2], plus each chip's own sync and exchange
 # set-up (C-5). Was 1 us a step [D]. Through the gateways, RoCE over 100 GbE: assumed [D].
 IPU_LINK_SYNC_S_PER_HOP = 15e-9  # [P] L-2
 GW_LINK_STEP_LATENCY_S = 10e-6  # [D] through the gateways (RoCE over 100 GbE)
 
-# Number formats, from Poplar's device types [P] (poplar/Type.hpp, docs.graphcore.ai/projects/
-# poplar-api, "Type"): BOOL, CHAR, SIGNED_CHAR, UNSIGNED_CHAR, SHORT, UNSIGNED_SHORT, INT,
-# UNSIGNED_INT, LONGLONG, UNSIGNED_LONGLONG, HALF, FLOAT on every IPU; no DOUBLE, no complex and
-# no bfloat16 type at all. QUARTER (8-bit float) exists only for __IPU_ARCH_VERSION__ >= 21
-# [P] (poplar/QuarterFloat.hpp) in formats 1.4.3 and 1.5.2 with the NaN in the negative-zero
-# code, which are float8_e4m3fnuz and float8_e5m2fnuz [P] (Graphcore's IPU21 Tile Vertex ISA,
-# as cited by LLVM review D141863, reviewed by Graphcore). The OCP formats float8_e4m3fn and
-# float8_e5m2 encode NaN and infinity differently and are refused.
+# --- Streaming Memory: the IPU-Machine's DDR behind its IPU-Gateway (JAX kind pinned_host) ----
+# Capacity per machine: "Up to 256GB Streaming Memory" per Bow-2000 [P] (Bow-2000 datasheet,
+# overview); "up to 448GB" per IPU-M2000 [S] (M2000 datasheet as quoted in IPU_FACTS.md);
+# DIMM sizes, so binary gigabytes [D]. A C2 PCIe card (ipu1) has none [P]. The model gives each
+# IPU of a machine an equal share [D] (the machine's DDR is shared; Poplar places remote
+# buffers per IPU).
+IPU1_STREAMING_MEMORY_BYTES_PER_MACHINE = 0  # [P] no Streaming Memory on C2 cards
+IPU2_STREAMING_MEMORY_BYTES_PER_MACHINE = 448 * 2**30  # [S] IPU-M2000
+IPU21_STREAMING_MEMORY_BYTES_PER_MACHINE = 256 * 2**30  # [P] Bow-2000
+# Each IPU reaches the gateway over PCIe Gen4 x8 [S] (IPU-M2000 block diagram of Graphcore's
+# BMC user guide, as reproduced second-hand): 16 GT/s x 8 lanes x 128/130 = 15.75 GB/s each
+# way [D]. Graphcore's popxl-addons tutorial [P] puts Streaming Memory "between 3x and 20x
+# slower" than IPU-Link transfers: 320 GB/s over all 10 links / 20 = 16 GB/s, which agrees.
+# No measurement is published; a Bow-2000 keeps the M2000's gateway [D].
+# 16 GT/s x 8 lanes, 128b/130b encoding, in bytes: 15.75 GB/s.
+STREAMING_MEMORY_BYTES_PER_S = 16e9 * 8 * (128 / 130) / 8  # [D from S]
+# A copy to or from Streaming Memory is a stream copy the gateway serves without the host's
+# begin and end handshakes: its data phase's fixed part (H-3, StreamCopyMid ~1.5k cycles [P])
+# and the sync that starts it (C-5) [D from P].
+STREAMING_COPY_SYNCS = 1  # [D]
+
+# Number formats, from Poplar's device types [P] (G-3): BOOL, CHAR, SIGNED_CHAR, UNSIGNED_CHAR,
+# SHORT, UNSIGNED_SHORT, INT, UNSIGNED_INT, LONGLONG, UNSIGNED_LONGLONG, HALF, FLOAT on every
+# IPU; no DOUBLE, no complex and no bfloat16 type at all. QUARTER (8-bit float) exists only
+# for __IPU_ARCH_VERSION__ >= 21 [P] (poplar/QuarterFloat.hpp) in formats 1.4.3 and 1.5.2 with
+# the NaN in the negative-zero code, which are float8_e4m3fnuz and float8_e5m2fnuz [P]
+# (Graphcore's IPU21 Tile Vertex ISA, as cited by LLVM review D141863, reviewed by Graphcore).
+# The OCP formats float8_e4m3fn and float8_e5m2 encode NaN and infinity differently and are
+# refused.
 BASE_DTYPES = frozenset({
     "float32", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
     "int64", "uint64", "token",
 })
-IPU21_EXTRA_DTYPES = frozenset({"float8_e4m3fnuz", "float8_e5m2fnuz"})  # [P]
+IPU21_EXTRA_DTYPES = frozenset({"float8_e4m3fnuz", "float8_e5m2fnuz"})  # [P] G-3
 
 # --- Model constants (assumptions of this project, all [D]) -----------------------------------
-VECTOR_BYTES = 8  # [P] 64-bit SIMD datapath: 2 x fp32 or 4 x fp16 per instruction
+VECTOR_BYTES = 8  # [P] G-1: 64-bit SIMD datapath: 2 x fp32 or 4 x fp16 per instruction
 TENSOR_GRAIN_BYTES = 8  # [D] a tile holds whole 64-bit vectors of a linearly mapped tensor
 MIN_BYTES_PER_TILE = 128  # [D] small tensors use fewer tiles rather than slivers
-CONTROL_CODE_BYTES_PER_TILE = 8 * KIB  # [D] program skeleton on every tile
-VERTEX_CODE_BYTES_PER_KIND = 1 * KIB  # [D] one codelet per distinct op kind on a tile
-VERTEX_STATE_BYTES_PER_OP = 32  # [D] one vertex instance per op per tile it runs on
-EXCHANGE_CODE_BYTES_PER_STEP = 64  # [D] per tile per exchange phase
-CONTROL_CODE_BYTES_PER_STEP = 16  # [D] per tile per BSP step
+# Code and vertex state (model/code.py): Poplar's categories, one rule each.
+CONTROL_CODE_BYTES_PER_TILE = 8 * KIB  # [D] the tile's program skeleton; no public figure
+CONTROL_CODE_BYTES_PER_STEP = 16  # [D] four 32-bit instructions a BSP step (call, sync...)
+# One codelet per distinct op kind on a tile: PopLibs' assembly codelets run to 125-215
+# instructions of 4 B (G-5: MultiSlice.S 126, dynamicSlice.S 125, conv_partial_nx1 213), plus
+# their supervisor and C++ parts.
+VERTEX_CODE_BYTES_PER_KIND = 1 * KIB  # [D from P] G-5
+POINTER_BYTES = 4  # [P] G-1: 32-bit addresses; a vertex field holds one
+VERTEX_DESCRIPTOR_BYTES = 8  # [D from P] a vertex's codelet and state addresses (G-1)
+# AMP vertices carry worklists: per kernel position and worker an output offset, a count and
+# an input offset, 16 bits each (G-4's ConvPartial vertices).
+AMP_WORKLIST_BYTES = 6  # [D from P] G-4
+EXCHANGE_CODE_BYTES_PER_INSTRUCTION = 4  # [P] G-5: PopLibs counts 4 B an exchange instruction
+EXCHANGE_CODE_BYTES_PER_STEP = 16  # [D] an exchange's sync and set-up, four instructions
 ACCUMULATOR_BYTES = 4  # [P] partial sums in float32 ("16.32" / "32.32" precision)
 # Share of each tile a matmul or convolution may take for its temporaries: PopLibs'
-# availableMemoryProportion, 0.6 by default [P] (C-2 was measured at 0.6); the flag
+# availableMemoryProportion, 0.6 by default [P] (G-4; C-2 was measured at 0.6); the flag
 # jax_ipu_available_memory_proportion sets it. Was a fixed 0.5 [D].
-DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6  # [P]
+DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6  # [P] G-4
 TRANSCENDENTAL_CYCLES_PER_VECTOR = 8  # [D] exp, log, tanh, sin... on one vector
 DIVIDE_CYCLES_PER_VECTOR = 4  # [D]
 SIMPLE_CYCLES_PER_VECTOR = 1  # [D] add, mul, compare, select, convert...
-INDEX_CYCLES_PER_ELEMENT = 4  # [D] gather/scatter address arithmetic per indexed row
+INDEX_BYTES = 4  # [P] G-5: indices are unsigned int
+# Gather and scatter vertices, in worker cycles (one worker issues every 6th cycle), from
+# PopLibs' own estimates of its MultiSlice and MultiUpdateOp assembly codelets [P] (G-5):
+# a lookup a worker copies costs 19 plus 2 per 64-bit vector (load and store), one it skips 8;
+# an update a worker adds costs 11 plus 3 per further 64-bit atom, one it skips 5 (fp32).
+MULTISLICE_CYCLES_PER_OFFSET = 19  # [P] G-5
+MULTISLICE_CYCLES_PER_VECTOR = 2  # [P] G-5
+MULTISLICE_CYCLES_PER_SKIPPED_OFFSET = 8  # [P] G-5
+MULTIUPDATE_CYCLES_PER_OFFSET = 11  # [P] G-5
+MULTIUPDATE_CYCLES_PER_ATOM = 3  # [P] G-5
+MULTIUPDATE_CYCLES_PER_SKIPPED_OFFSET = 5  # [P] G-5
+# PopLibs' planners count these vertices' own prologues (30 and 38 worker cycles) and price
+# exchanges by bytes alone, with no syncs (G-5): plans are ranked so, while the chip is charged
+# a vertex launch, exchange set-up and syncs (C-5).
+MULTISLICE_PROLOGUE_CYCLES = 30  # [P] G-5
+MULTIUPDATE_PROLOGUE_CYCLES = 38  # [P] G-5: 3 + 29 + 6 for a scaled fp32 update
+# Writing a constant into one contiguous piece of a tile's memory costs set-up beyond its
+# stores: PopLibs' Fill2d estimate, 16 before the loop, 6 after, 1-2 for alignment, less the
+# 3 the 2-D loop shares (G-5). A table split over columns is one piece per row on a tile.
+FILL_CYCLES_PER_REGION = 21  # [P] G-5
 
 
 @dataclass(frozen=True)
@@ -175,7 +293,6 @@ class Target:
     device_to_host_bytes_per_s: float
     host_sync_s: float
     stream_copy_mid_s: float
-    ipu_links: int
     ipu_link_bytes_per_s: float
     worker_threads: int
     supported_dtypes: frozenset[str]
@@ -219,7 +336,7 @@ _CHIPS: dict[str, dict] = {
         fp16_flops_per_tile_cycle=IPU1_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU1_FP32_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU1_HOST_TO_DEVICE_BYTES_PER_S,
-        device_to_host_bytes_per_s=IPU1_DEVICE_TO_HOST_BYTES_PER_S, ipu_links=IPU1_LINKS,
+        device_to_host_bytes_per_s=IPU1_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU1_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
         ipus_per_machine=IPU1_IPUS_PER_MACHINE, machine_links_per_ipu=IPU1_MACHINE_LINKS_PER_IPU,
         links_per_neighbour=IPU1_LINKS_PER_NEIGHBOUR,
@@ -229,7 +346,7 @@ _CHIPS: dict[str, dict] = {
         fp16_flops_per_tile_cycle=IPU2_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU2_FP32_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU2_HOST_TO_DEVICE_BYTES_PER_S,
-        device_to_host_bytes_per_s=IPU2_DEVICE_TO_HOST_BYTES_PER_S, ipu_links=IPU2_LINKS,
+        device_to_host_bytes_per_s=IPU2_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU2_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
         ipus_per_machine=IPU2_IPUS_PER_MACHINE, machine_links_per_ipu=IPU2_MACHINE_LINKS_PER_IPU,
         links_per_neighbour=IPU2_LINKS_PER_NEIGHBOUR,
@@ -240,7 +357,7 @@ _CHIPS: dict[str, dict] = {
         fp16_flops_per_tile_cycle=IPU21_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU21_FP32_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU21_HOST_TO_DEVICE_BYTES_PER_S,
-        device_to_host_bytes_per_s=IPU21_DEVICE_TO_HOST_BYTES_PER_S, ipu_links=IPU21_LINKS,
+        device_to_host_bytes_per_s=IPU21_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU21_LINK_BYTES_PER_S,
         supported_dtypes=BASE_DTYPES | IPU21_EXTRA_DTYPES,
         ipus_per_machine=IPU21_IPUS_PER_MACHINE,
@@ -249,25 +366,37 @@ _CHIPS: dict[str, dict] = {
         pod_links_per_ipu=IPU21_POD_LINKS_PER_IPU, link_domain_ipus=IPU21_LINK_DOMAIN_IPUS),
 }
 
+# The versions, their products and full tile counts, as config.py's flags offer them.
 VERSIONS: tuple[str, ...] = tuple(_CHIPS)
+PRODUCTS = {"ipu1": "GC2", "ipu2": "GC200, M2000", "ipu21": "Bow, C600"}  # [P]
+FULL_CHIP_TILES = {version: chip["full_chip_tiles"] for version, chip in _CHIPS.items()}
+
+
+def memory_proportion_ok(proportion: float) -> bool:
+    """Whether a share of tile memory is one PopLibs accepts for availableMemoryProportion."""
+    return 0 < proportion <= 1
 
 
 def get_target(version: str, num_tiles: int | None = None,
                available_memory_proportion: float = DEFAULT_AVAILABLE_MEMORY_PROPORTION
                ) -> Target:
-    """The target for an IPU version; num_tiles None means the full chip."""
+    """The target for an IPU version; num_tiles None means the full chip. IpuConfigError,
+    naming the flag that sets it, for a version, tile count or proportion the chip has not."""
     if version not in _CHIPS:
         raise IpuConfigError(
-            f"unknown IPU version {version!r}; allowed values: {', '.join(VERSIONS)}")
+            f"jax_ipu_model_version={version!r} is not an IPU version: allowed values are "
+            f"{', '.join(map(repr, VERSIONS))}.")
     chip = _CHIPS[version]
     full = chip["full_chip_tiles"]
     tiles = full if num_tiles is None else int(num_tiles)
     if not 1 <= tiles <= full:
         raise IpuConfigError(
-            f"num_tiles={num_tiles} is outside 1..{full} for {version}")
-    if not 0 < available_memory_proportion <= 1:
+            f"jax_ipu_model_num_tiles={num_tiles} is not a tile count of an {version} ({full} "
+            f"tiles): allowed values are 0 (full chip) or 1 to {full}.")
+    if not memory_proportion_ok(available_memory_proportion):
         raise IpuConfigError(
-            f"available_memory_proportion={available_memory_proportion} is outside (0, 1]")
+            f"jax_ipu_available_memory_proportion={available_memory_proportion} is outside "
+            "(0, 1]: allowed values are a number greater than 0 and at most 1, e.g. 0.3.")
     return Target(
         version=version, num_tiles=tiles, local_bytes_per_tile_cycle=LOCAL_BYTES_PER_TILE_CYCLE,
         exchange_bytes_per_tile_cycle=EXCHANGE_BYTES_PER_TILE_CYCLE,

@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from jax_ipu import _internals, dtypes
-from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
+from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError, from_host_callback
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
 from jax_ipu.runtime.cluster import Cluster
-from jax_ipu.runtime.device import IpuDevice, IpuMemory
+from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.executable import IpuExecutable
+from jax_ipu.runtime.memory import IpuMemory
 from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)
@@ -55,13 +56,15 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
     jaxlib's own errors (XLA:CPU's statuses, raised as JaxRuntimeError, ValueError and others)
     start with their code, "INVALID_ARGUMENT: ...": the code is kept and the prefix dropped, as
-    jaxlib writes the code again in front of the message it raises."""
+    jaxlib writes the code again in front of the message it raises. A jax_ipu error a host
+    callback raised while the program ran becomes what it would have been raised directly."""
     if isinstance(exc, IpuOutOfMemoryError):
         return abi.CODE["RESOURCE_EXHAUSTED"], str(exc)
     if not isinstance(exc, IpuError):
         code, separator, message = str(exc).partition(": ")
         if separator and code in abi.CODE:
-            return abi.CODE[code], message
+            raised = from_host_callback(message)  # ours, from a host callback: its words first
+            return status_of(raised) if raised is not None else (abi.CODE[code], message)
     if isinstance(exc, (IpuCompileError, ValueError, TypeError)):
         return abi.CODE["INVALID_ARGUMENT"], str(exc)
     if isinstance(exc, NotImplementedError):
@@ -183,11 +186,13 @@ def client_create(args: Any) -> None:
         state.client, state.process_index, state.num_processes, state.coordinator_address)
     client = IpuClient(Settings.from_config(), cluster)
     for device in client.devices:
-        memory = device.memory
-        memory.handle = _table.new_memory(memory, memory.kind.encode(), memory.stats_counters,
-                                          memory.bytes_limit)
-        device.handle = _table.new_device(device, memory.handle, device.clock,
-                                          client.fetched(device))
+        for memory in device.memories.values():
+            limit = -1 if memory.bytes_limit is None else memory.bytes_limit  # -1: none
+            memory.handle = _table.new_memory(memory, memory.kind.encode(), memory.kind_id,
+                                              memory.stats_counters, limit)
+        # its memories, the default (tile memory) first as in memories_of
+        device.handle = _table.new_device(device, [m.handle for m in device.memories.values()],
+                                          device.clock, client.fetched(device))
     client.handle = _table.new_handle(client)
     args.client = _table.give(client.handle)
 
@@ -273,7 +278,7 @@ def client_compile(args: Any) -> None:
 @slot("Client_BufferFromHostBuffer", abi.ClientBufferFromHostBuffer)
 def client_buffer_from_host(args: Any) -> None:
     client = _obj(args.client)
-    device = _obj(args.device) if args.device else _obj(args.memory).device
+    memory: IpuMemory = _obj(args.memory) if args.memory else _obj(args.device).memory
     kind = dtypes.BY_PJRT.get(args.type)
     if kind is None:
         raise IpuError(f"jax_ipu cannot hold arrays of PJRT element type {args.type}.")
@@ -281,10 +286,9 @@ def client_buffer_from_host(args: Any) -> None:
     dims = tuple((ctypes.c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims \
         else ()
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
-    array = client.put(host, device)
-    args.buffer = _table.give(_table.new_buffer(array, device.memory.handle, args.type, dims,
-                                                host.nbytes,
-                                                device.read_advance(host.nbytes)))
+    array = client.put(host, memory)
+    args.buffer = _table.give(_table.new_buffer(array, memory.handle, args.type, dims,
+                                                host.nbytes, memory.read_advance(host.nbytes)))
     args.done_with_host_buffer = _table.READY_EVENT
 
 
@@ -364,7 +368,7 @@ def device_local_hardware_id(args: Any) -> None:
 @slot("Device_AddressableMemories", abi.DeviceList)
 def device_memories(args: Any) -> None:
     device = _obj(args.device)
-    args.items, args.num_items = _handles(device, "memories", [device.memory])
+    args.items, args.num_items = _handles(device, "memories", list(device.memories.values()))
 
 
 @slot("Device_DefaultMemory", abi.DevicePtr)
@@ -382,7 +386,11 @@ def device_get_attributes(args: Any) -> None:
 
 @slot("Device_MemoryStats", abi.DeviceMemoryStats)
 def device_memory_stats(args: Any) -> None:
-    stats = _obj(args.device).memory.stats
+    """Tile memory (JAX's default memory kind) in the usual fields; Streaming Memory (kind
+    pinned_host) in the reserved ones: bytes_reserved, peak_bytes_reserved and
+    bytes_reservable_limit (jax's memory_stats() has no field per memory kind)."""
+    device: IpuDevice = _obj(args.device)
+    stats, streaming = device.stats, device.streaming_stats
     start = abi.DeviceMemoryStats.bytes_in_use.offset  # jaxlib leaves the outputs uninitialised
     ctypes.memset(ctypes.addressof(args) + start, 0, abi.DeviceMemoryStats.STRUCT_SIZE - start)
     args.bytes_in_use = stats.bytes_in_use
@@ -390,11 +398,16 @@ def device_memory_stats(args: Any) -> None:
     args.num_allocs, args.num_allocs_is_set = stats.num_allocs, True
     args.largest_alloc_size, args.largest_alloc_size_is_set = stats.largest_alloc_size, True
     args.bytes_limit, args.bytes_limit_is_set = stats.bytes_limit, True
+    args.bytes_reserved, args.bytes_reserved_is_set = streaming.bytes_in_use, True
+    args.peak_bytes_reserved = streaming.peak_bytes_in_use
+    args.peak_bytes_reserved_is_set = True
+    args.bytes_reservable_limit = streaming.bytes_limit
+    args.bytes_reservable_limit_is_set = True
 
 
 @slot("Device_ClearMemoryStats", abi.DeviceClearMemoryStats)
 def device_clear_memory_stats(args: Any) -> None:
-    _obj(args.device).memory.reset_peak()
+    _obj(args.device).reset_peak()  # every memory kind's peak
 
 
 # ---- memories ----
@@ -446,6 +459,9 @@ def executable_memory_stats(args: Any) -> None:
     args.output_size_in_bytes = figures["output"]
     args.alias_size_in_bytes = figures["alias"]
     args.temp_size_in_bytes = figures["temp"]
+    args.host_argument_size_in_bytes = figures["host_argument"]
+    args.host_output_size_in_bytes = figures["host_output"]
+    args.host_temp_size_in_bytes = figures["host_temp"]
     args.peak_memory_in_bytes = figures["peak"]
     args.total_size_in_bytes = figures["total"]
 
@@ -462,21 +478,21 @@ def _byte_strings(owner: Any, key: Any, items: Sequence[bytes]) -> tuple[int, in
     return ctypes.addressof(ptrs), ctypes.addressof(sizes)
 
 
-def _memory_kinds(args: Any, count: int) -> None:
+def _memory_kinds(args: Any, which: str, kinds: tuple[str, ...]) -> None:
     exe: IpuExecutable = _obj(args.executable)
-    args.num_outputs = count
+    args.num_outputs = len(kinds)
     args.memory_kinds, args.memory_kind_sizes = _byte_strings(
-        exe, ("kinds", count), [IpuMemory.kind.encode()] * count)
+        exe, ("kinds", which), [k.encode() for k in kinds])
 
 
 @slot("Executable_OutputMemoryKinds", abi.ExecutableMemoryKinds)
 def executable_output_memory_kinds(args: Any) -> None:
-    _memory_kinds(args, _obj(args.executable).num_outputs)
+    _memory_kinds(args, "output", _obj(args.executable).output_kinds)
 
 
 @slot("Executable_ParameterMemoryKinds", abi.ExecutableMemoryKinds)
 def executable_parameter_memory_kinds(args: Any) -> None:
-    _memory_kinds(args, _obj(args.executable).num_args)
+    _memory_kinds(args, "parameter", _obj(args.executable).parameter_kinds)
 
 
 @slot("Executable_OutputElementTypes", abi.ExecutableOutputElementTypes)
@@ -506,6 +522,7 @@ def executable_output_dims(args: Any) -> None:
 def executable_optimized_program(args: Any) -> None:
     exe = _obj(args.executable)
     program = abi.Program.from_address(args.program)
+    # jaxlib asks twice (size, then bytes) and reads the executable's layouts from it.
     kind, code = _keep(exe, "optimized", exe.optimized_program)
     program.format, program.format_size = _string(None, kind)
     if program.code:
@@ -612,23 +629,23 @@ def buffer_unsafe_pointer(args: Any) -> None:
     args.buffer_pointer = _live_array(_table.deref(args.buffer)).unsafe_buffer_pointer()
 
 
-def _copy(args: Any, device: IpuDevice) -> None:
+def _copy(args: Any, dest: IpuMemory) -> None:
     handle = _table.deref(args.buffer)
-    source = handle.device
-    array = source.client.copy(_live_array(handle), source, device)
+    source: IpuMemory = handle.memory
+    array = source.device.client.copy(_live_array(handle), source, dest)
     args.dst_buffer = _table.give(_table.new_buffer(
-        array, device.memory.handle, handle.element_type, handle.dims, handle.nbytes,
-        device.read_advance(handle.nbytes)))
+        array, dest.handle, handle.element_type, handle.dims, handle.nbytes,
+        dest.read_advance(handle.nbytes)))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)
 def buffer_copy_to_device(args: Any) -> None:
-    _copy(args, _obj(args.dst))
+    _copy(args, _obj(args.dst).memory)
 
 
 @slot("Buffer_CopyToMemory", abi.BufferCopyTo)
 def buffer_copy_to_memory(args: Any) -> None:
-    _copy(args, _obj(args.dst).device)
+    _copy(args, _obj(args.dst))
 
 
 def _no_distributed_state() -> Any:

@@ -58,8 +58,9 @@ def execution_profile(graph: dict[str, Any], runs: list[Run], run_count: int,
     Schema (version 1):
     - kind: "jax-ipu execution profile"; schema_version: 1; program; fingerprint
     - clock_hz, num_tiles
-    - per_run: {cycles, microseconds, compute, exchange, sync, host_exchange}: one run's cycles
-      on the chip; call: what the host adds to each call (starting it, hearing it end), and
+    - per_run: {cycles, microseconds, compute, exchange, sync, host_exchange, streaming}: one
+      run's cycles on the chip (streaming: its moves between memory kinds, set-ups included);
+      call: what the host adds to each call (starting it, hearing it end), and
       with_call: {cycles, microseconds} of one call including it
     - tile_average_per_run: {compute, exchange, sync, host_exchange} (see tile_averages)
     - total: {runs, cycles, microseconds}: over every run
@@ -86,6 +87,8 @@ def execution_profile(graph: dict[str, Any], runs: list[Run], run_count: int,
         "num_tiles": graph["target"]["num_tiles"],
         "per_run": {"cycles": total, "microseconds": total / clock * 1e6,
                     **{k: float(cycles[k]) for k in PHASES}, "call": float(call),
+                    "streaming": float(cycles.get("streaming_setup", 0)
+                                       + cycles.get("streaming", 0)),
                     "with_call": {"cycles": total + call,
                                   "microseconds": (total + call) / clock * 1e6}},
         "tile_average_per_run": tile_averages(graph),

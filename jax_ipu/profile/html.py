@@ -93,14 +93,34 @@ def _memory(graph: dict[str, Any]) -> list[str]:
     ]
 
 
+def _tiles(graph: dict[str, Any]) -> list[str]:
+    """A jax_ipu.tile program: heat maps of each tile's memory and compute, and its vertices."""
+    tiles = graph.get("tiles")
+    if not tiles:
+        return []
+    return [
+        "<h2>Tiles (tile-level program)</h2>",
+        "<h3>Memory per tile (heat map, tile 0 top left)</h3>",
+        plots.tile_heat_map(graph["memory"]["per_tile_bytes"], "B", "memory"),
+        "<h3>Compute cycles per tile, over one run</h3>",
+        plots.tile_heat_map(tiles["compute_cycles"], "cycles", "compute"),
+        "<h3>Mapped vertices</h3>",
+        table(["vertex", "tiles", "cycles per tile", "executions", "location"],
+              [[v["vertex"], len(v["tiles"]), v["cycles_per_tile"], v["executions"],
+                v["location"]] for v in tiles["vertices"]]),
+    ]
+
+
 def _ops(graph: dict[str, Any]) -> list[str]:
     flops = graph["include_flops"]
     headings = ["op", "class", "location", "shapes", "executions", "cycles", "compute",
-                "exchange", "sync", "host", "tiles", *(["flops"] if flops else []), "note"]
+                "exchange", "sync", "host", "tiles", *(["flops"] if flops else []), "note",
+                "plan", "runner-up (why it lost)"]
     ordered = sorted(graph["ops"], key=lambda o: -o["cycles"])
     rows = [[o["name"], o["op_class"], o["location"], o["shapes"], o["executions"], o["cycles"],
              o["compute_cycles"], o["exchange_cycles"], o["sync_cycles"], o["host_cycles"],
-             o["tiles"], *([o["flops"]] if flops else []), o["note"]] for o in ordered]
+             o["tiles"], *([o["flops"]] if flops else []), o["note"], o.get("plan", ""),
+             o.get("runner_up", "")] for o in ordered]
     return ["<h2>Ops (ordered by cycles; click a heading to sort)</h2>", table(headings, rows)]
 
 
@@ -147,6 +167,7 @@ def render_html(graph: dict[str, Any] | None, execution: dict[str, Any] | None) 
         ]
         sections += _execution(execution)
     if graph:
+        sections += _tiles(graph)
         # The op table can be long; the plots above stay on the first screen.
         sections += _ops(graph)
     warnings = (graph or {}).get("warnings", [])

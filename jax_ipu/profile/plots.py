@@ -168,3 +168,26 @@ def bsp_trace(steps: Sequence[dict[str, Any]], total: float) -> str:
                 'cycles of one run</text>')
     return (f'<svg class="plot" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="BSP '
             f'trace" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
+
+
+def tile_heat_map(values: Sequence[float], unit: str, colour: str) -> str:
+    """One square per tile in rows of 64 (tile 0 top left), darker for more; values in the
+    tooltip."""
+    n = max(len(values), 1)
+    per_row, cell = 64, (WIDTH - LEFT - RIGHT) / 64
+    rows = -(-n // per_row)
+    height = TOP + BOTTOM + rows * cell
+    top = max(max(values, default=0), 1)
+    body = []
+    for i, v in enumerate(values):
+        x, y = LEFT + (i % per_row) * cell, TOP + (i // per_row) * cell
+        share = v / top
+        body.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{cell - 1:.1f}" '
+                    f'height="{cell - 1:.1f}" fill="{COLOURS[colour]}" '
+                    f'fill-opacity="{0.06 + 0.94 * share:.3f}"><title>tile {i}: '
+                    f'{escape(human(v, unit))}</title></rect>')
+    body.append(f'<text x="{LEFT}" y="{height - 8:.0f}">darkest: {escape(human(top, unit))}; '
+                f'{n} tiles, {per_row} a row</text>')
+    return (f'<svg class="plot" viewBox="0 0 {WIDTH} {height:.0f}" role="img" '
+            f'aria-label="{escape(colour)} per tile" xmlns="http://www.w3.org/2000/svg">'
+            f'{"".join(body)}</svg>')

@@ -11,7 +11,8 @@ NUMBER = (int, float)
 OP = {"name": str, "kind": str, "op_class": str, "location": str, "shapes": str,
       "executions": int, "depth": int, "fused": [str], "bytes_accessed": int,
       "compute_cycles": NUMBER, "exchange_cycles": NUMBER, "sync_cycles": NUMBER,
-      "host_cycles": NUMBER, "cycles": NUMBER, "tiles": int, "note": str}
+      "host_cycles": NUMBER, "cycles": NUMBER, "tiles": int, "note": str, "plan": str,
+      "runner_up": str}
 
 GRAPH: dict[str, Any] = {
     "kind": str, "profile_schema_version": int, "schema_version": int, "program": str,

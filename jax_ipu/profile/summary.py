@@ -9,6 +9,7 @@ from typing import Any
 HISTOGRAM_BINS = 10
 HISTOGRAM_WIDTH = 40
 TOP_OPS = 15
+TOP_PLANS = 10
 
 
 def _n(value: float) -> str:
@@ -74,15 +75,57 @@ def graph_summary(graph: dict[str, Any]) -> list[str]:
         _row("Minimum", _n(min(per_tile, default=0)), 4),
         _row("Average", _n(sum(per_tile) / max(len(per_tile), 1)), 4),
         _row("Tiles out of memory", _n(mem["num_tiles_out_of_memory"]), 4),
+    ]
+    kinds = mem.get("other_kinds", {})
+    if kinds:
+        lines += ["", "  Other memory kinds (not on the tiles):"]
+        for kind, label in (("pinned_host", "Streaming Memory (pinned_host)"),
+                            ("unpinned_host", "Host memory (unpinned_host)")):
+            if kinds.get(kind):
+                lines.append(_row(label, f"{_n(kinds[kind])} ({_size(kinds[kind])})", 4))
+    lines += [
         "", f"  Largest contributors on tile {mem['max_tile']}:",
     ]
     for c in mem["top_contributors"]:
         lines.append(f"    {c['bytes_on_tile']:>10,}  {c['name']} [{c['category']}] "
                      f"at {c['location']}")
+    planned = sorted((o for o in graph["ops"] if o.get("plan")), key=lambda o: -o["cycles"])
+    if planned:
+        lines += ["", f"  Plans of the costliest planned ops (of {len(planned)}):"]
+        for o in planned[:TOP_PLANS]:
+            lines.append(f"    {o['cycles']:>12,.0f}  {o['kind']} at {o['location']}")
+            lines.append(f"                  plan: {o['plan']}")
+            if o.get("runner_up"):
+                lines.append(f"                  runner-up: {o['runner_up']}")
+    lines += tile_vertices(graph.get("tiles"))
     if "flops" in graph:
         lines += ["", _row("Flop estimate (one run)", _n(graph["flops"]))]
     if graph["warnings"]:
         lines += ["", "Warnings:", *(f"  {w}" for w in graph["warnings"])]
+    return lines
+
+
+def _tile_list(tiles: list[int]) -> str:
+    return ", ".join(map(str, tiles)) if len(tiles) <= 8 else \
+        f"{', '.join(map(str, tiles[:6]))}, ... {tiles[-1]} ({len(tiles)} tiles)"
+
+
+def tile_vertices(tiles: dict[str, Any] | None, shown: int = TOP_OPS) -> list[str]:
+    """A jax_ipu.tile program's mapped vertices, and the vertices each busy tile runs."""
+    if not tiles or not tiles.get("vertices"):
+        return []
+    lines = ["", "  Tile-mapped vertices:"]
+    by_tile: dict[int, list[str]] = {}
+    for v in tiles["vertices"]:
+        lines.append(f"    {v['vertex']} x{v['executions']:,}: {v['cycles_per_tile']:,.0f} "
+                     f"cycles on each of tiles {_tile_list(v['tiles'])} at {v['location']}")
+        for t in v["tiles"]:
+            by_tile.setdefault(t, []).append(v["vertex"])
+    busiest = sorted(by_tile, key=lambda t: -tiles["compute_cycles"][t])[:shown]
+    lines.append("  Vertices by tile (busiest first):")
+    for t in busiest:
+        lines.append(f"    tile {t:>5}: {tiles['compute_cycles'][t]:>12,.0f} cycles  "
+                     f"{', '.join(by_tile[t])}")
     return lines
 
 
@@ -101,6 +144,7 @@ def execution_summary(execution: dict[str, Any]) -> list[str]:
         _row("  exchange (busiest tile)", _n(run["exchange"])),
         _row("  sync", _n(run["sync"])),
         _row("  host exchange", _n(run["host_exchange"])),
+        _row("  moves between memory kinds", _n(run.get("streaming", 0))),
         _row("Host cycles per call (start, end)", _n(run["call"])),
         _row("Cycles per call with the host's",
              f"{_n(run['with_call']['cycles'])} (approx "

@@ -19,11 +19,13 @@ import numpy as np
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.model import TO_DEVICE
-from jax_ipu.model.targets import Target, get_target
+from jax_ipu.model.streaming import UNPINNED_HOST, move
+from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.executable import IpuExecutable
+from jax_ipu.runtime.memory import IpuMemory
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +50,7 @@ class Settings:
         config.check_environment()
         if not config.value("jax_ipu_use_model"):
             raise IpuError(NO_HARDWARE)
-        version = config.value("jax_ipu_model_version")
-        num_tiles = config.value("jax_ipu_model_num_tiles")
-        full = get_target(version).num_tiles
-        if num_tiles > full:
-            raise IpuConfigError(
-                f"jax_ipu_model_num_tiles={num_tiles} is more than an {version} has ({full} "
-                f"tiles): allowed values are 0 (full chip) or 1 to {full}."
-            )
-        target = get_target(version, num_tiles or None,
-                            config.value("jax_ipu_available_memory_proportion"))
+        target = config.target()
         count = config.value("jax_ipu_device_count")
         visible = config.value("jax_ipu_visible_devices")
         ids = tuple(int(i) for i in visible.split(",")) if visible.strip() else ()
@@ -113,10 +106,7 @@ class IpuClient:
         if cluster is None:
             self.cpu_client = _internals.get_tfrt_cpu_client(asynchronous=True, num_devices=count)
         else:
-            target = settings.target
-            cluster.agree("the IPU Model target", f"{target.version} with {target.num_tiles} "
-                          "tiles", "Set jax_ipu_model_version and jax_ipu_model_num_tiles alike "
-                          "in every process.")
+            cluster.agree_target(settings.target)
             self.cpu_client = _internals.get_tfrt_cpu_client(
                 asynchronous=True, distributed_client=cluster.client,
                 node_id=cluster.process_index, num_nodes=cluster.num_processes,
@@ -124,8 +114,11 @@ class IpuClient:
         self.devices = self._make_devices()
         self.addressable = [d for d in self.devices if d.process_index == self.process_index]
         self.by_id = {d.id: d for d in self.devices}
-        self._shardings = {d.id: jax.sharding.SingleDeviceSharding(d.cpu_device)
-                           for d in self.addressable}
+        # Each memory's arrays live in the same memory kind of its CPU device, so that the
+        # XLA:CPU executables find their arguments where the programs declare them.
+        self._shardings = {(d.id, kind): jax.sharding.SingleDeviceSharding(d.cpu_device,
+                                                                            memory_kind=kind)
+                           for d in self.addressable for kind in d.memories}
         self.build = serialized.build_id()
         target = settings.target
         # jax's compilation cache keys on it: everything a compile's result depends on (the
@@ -161,8 +154,8 @@ class IpuClient:
         return devices
 
     @property
-    def memories(self) -> list[Any]:
-        return [d.memory for d in self.addressable]
+    def memories(self) -> list[IpuMemory]:
+        return [m for d in self.addressable for m in d.memories.values()]
 
     def device(self, device_id: int) -> IpuDevice:
         try:
@@ -211,29 +204,32 @@ class IpuClient:
             self.profiler.compiled(exe, start, time.perf_counter())
         return exe
 
-    def put(self, host: np.ndarray, device: IpuDevice) -> Any:
-        """Host -> device: a CPU array with a copy of `host`, which may be a view of memory the
-        caller reuses once this returns. Refused when the device's memory cannot hold it."""
-        memory = device.memory
-        if host.nbytes > memory.bytes_free:
-            raise IpuOutOfMemoryError(memory.shortfall(
-                host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}"))
+    def put(self, host: np.ndarray, memory: IpuMemory) -> Any:
+        """Host -> a device's memory: a CPU array with a copy of `host`, which may be a view of
+        memory the caller reuses once this returns. Refused when that memory cannot hold it."""
+        _check_room(memory, host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}")
         start = time.perf_counter() if self.profiler else 0.0
-        aval = _aval(host.shape, host.dtype)
-        # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.
-        array = _internals.batched_device_put(
-            aval, self._shardings[device.id], [host], [device.cpu_device], True, True,
-            _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-        cycles = device.charge(device.transfer_advance(host.nbytes, TO_DEVICE))
-        if self.profiler:
-            self.profiler.transferred("host_to_device", host.nbytes, device, start,
-                                      time.perf_counter(), cycles)
+        array = self._place(host, memory)
+        if memory.kind != UNPINNED_HOST:  # host memory is the host's own: nothing moves
+            device = memory.device
+            cycles = device.charge(memory.transfer_advance(host.nbytes, TO_DEVICE))
+            if self.profiler:
+                self.profiler.transferred("host_to_device", host.nbytes, device, start,
+                                          time.perf_counter(), cycles)
         return array
 
+    def _place(self, host: np.ndarray, memory: IpuMemory) -> Any:
+        aval = _aval(host.shape, host.dtype)
+        device = memory.device
+        # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.
+        return _internals.batched_device_put(
+            aval, self._shardings[device.id, memory.kind], [host], [device.cpu_device], True,
+            True, _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+
     def fetched(self, device: IpuDevice) -> Any:
-        """What the PJRT layer calls after it read a buffer of `device` back to the host (it
-        charges the device's clock itself): fetched(nbytes, start_s, end_s, cycles), or None
-        when nothing is profiled."""
+        """What the PJRT layer calls after it read a buffer of `device` back to the host over
+        the host link (it charges the device's clock itself, by the memory's read_advance):
+        fetched(nbytes, start_s, end_s, cycles), or None when nothing is profiled."""
         if not self.profiler:
             return None
         profiler = self.profiler
@@ -243,15 +239,32 @@ class IpuClient:
 
         return fetched
 
-    def copy(self, array: Any, source: IpuDevice, device: IpuDevice) -> Any:
-        """Device -> device (over IPU-Links on hardware; through the host in this model)."""
-        start = time.perf_counter() if self.profiler else 0.0
+    def copy(self, array: Any, source: IpuMemory, dest: IpuMemory) -> Any:
+        """One memory -> another: between the kinds of one device, a move the model charges
+        (over the gateway for Streaming Memory, the host link for host memory); to another
+        device, through the host in this model (over IPU-Links on hardware)."""
+        if source.device is not dest.device:
+            start = time.perf_counter() if self.profiler else 0.0
+            host = np.asarray(array)
+            if source.kind != UNPINNED_HOST:
+                cycles = source.device.charge(source.read_advance(host.nbytes))
+                if self.profiler:
+                    self.profiler.transferred("device_to_host", host.nbytes, source.device,
+                                              start, time.perf_counter(), cycles)
+            return self.put(host, dest)
         host = np.asarray(array)
-        cycles = source.charge(source.read_advance(host.nbytes))
-        if self.profiler:
-            self.profiler.transferred("device_to_host", host.nbytes, source, start,
-                                      time.perf_counter(), cycles)
-        return self.put(host, device)
+        _check_room(dest, host.nbytes, f"a copy of {host.dtype.name}{list(host.shape)}")
+        moved = move(host.nbytes, source.kind, dest.kind, dest.device.target)
+        dest.device.advance("streaming_setup", moved.setup_cycles)
+        dest.device.advance("streaming", moved.transfer_cycles)
+        return self._place(host, dest)
+
+
+def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:
+    """Refuse, naming the memory, the figures and the fixes, an array its memory cannot hold."""
+    free = memory.bytes_free
+    if free is not None and nbytes > free:
+        raise IpuOutOfMemoryError(memory.shortfall(nbytes, what))
 
 
 @functools.lru_cache(maxsize=1024)

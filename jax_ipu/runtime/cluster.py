@@ -13,6 +13,7 @@ from typing import Any
 
 from jax_ipu import _internals
 from jax_ipu.errors import IpuConfigError
+from jax_ipu.model.targets import Target
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,15 @@ class Cluster:
                 + ", ".join(f"process {p} has {v}" for p, v in enumerate(values))
                 + f". {fix}"
             )
+
+    def agree_target(self, target: Target) -> None:
+        """Check every process models the same chip: version, tiles and the memory proportion
+        (which changes plans, so the programs' exchanges, between processes)."""
+        self.agree("the IPU Model target",
+                   f"{target.version} with {target.num_tiles} tiles and available memory "
+                   f"proportion {target.available_memory_proportion:g}",
+                   "Set jax_ipu_model_version, jax_ipu_model_num_tiles and "
+                   "jax_ipu_available_memory_proportion alike in every process.")
 
     def shutdown(self) -> None:
         """Leave the cluster (a barrier with the other processes); process 0 stops the service."""

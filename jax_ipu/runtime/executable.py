@@ -17,7 +17,7 @@ import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
 from jax_ipu import _internals
-from jax_ipu.compiler import Compiled
+from jax_ipu.compiler import Compiled, hlo, numerics
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
@@ -94,17 +94,44 @@ class IpuExecutable:
     def output_dims(self) -> tuple[tuple[int, ...], ...]:
         return tuple(o.dims for o in self.outputs)
 
+    # ---- memory kinds: where each argument and output lives ----
+    @property
+    def parameter_kinds(self) -> tuple[str, ...]:
+        """The memory kind of each argument, as the program declares it."""
+        kinds = self.program.input_kinds
+        return kinds if len(kinds) == self.num_args else ("device",) * self.num_args
+
+    @functools.cached_property
+    def output_kinds(self) -> tuple[str, ...]:
+        """The memory kind of each output, where XLA:CPU leaves it (what the program asked)."""
+        return tuple(self.cpu_executable.get_output_memory_kinds()[0])
+
     @functools.cached_property
     def advance(self) -> np.ndarray:
         """What one execution adds to each of its devices' model clocks (CLOCK_FIELDS)."""
         cycles = self.report.cycles
         spent = {"compute": cycles.compute, "exchange": cycles.exchange, "sync": cycles.sync,
-                 "host_exchange": cycles.host_exchange, "call": cycles.call}
+                 "host_exchange": cycles.host_exchange, "call": cycles.call,
+                 "streaming_setup": cycles.streaming_setup, "streaming": cycles.streaming}
         return np.array([round(spent.get(f, 0)) for f in CLOCK_FIELDS], np.int64)
 
     @property
     def cycles(self) -> int:
         return int(self.advance.sum())
+
+    @property
+    def uses_tokens(self) -> bool:
+        """Whether an argument or output is a token (ordered effects)."""
+        return "token" in {t.dtype for t in (*self.program.inputs, *self.outputs)}
+
+    @property
+    def output_reordered(self) -> tuple[bool, ...]:
+        """Per output: laid out other than row-major (a user's Format, tiles), so that the host
+        must not read its bytes in place. XLA gives no layouts of a program with tokens, whose
+        outputs keep XLA:CPU's row-major defaults."""
+        if self.uses_tokens:
+            return (False,) * self.num_outputs
+        return tuple(not _row_major(layout) for layout in self.layouts[1])
 
     @functools.cached_property
     def plan(self) -> ExecutePlan:
@@ -112,23 +139,29 @@ class IpuExecutable:
         # Several devices (all must finish), or no outputs to watch: completion is the token's.
         with_token = len(self.addressable) > 1 or not self.outputs
         # run(*args) returns the outputs: one device in all (not one of several processes').
-        direct = (len(self.devices) == 1 and not with_token
-                  and "token" not in {t.dtype for t in (*self.program.inputs, *self.outputs)})
+        direct = len(self.devices) == 1 and not with_token and not self.uses_tokens
         # jax's own C++ dispatch over the executable (it makes output arrays from cached avals
         # and shardings) when direct, else execute_sharded.
         run = _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
-                          self.program.inputs, self.outputs) if direct \
+                          self.parameter_kinds, self.outputs, self.output_kinds) if direct \
             else self.cpu_executable.execute_sharded
         program = self.program
+        # Output k lands in memory kind output_kinds[k] of each device; reading it back costs
+        # what that kind's reads cost.
+        kinds = self.output_kinds
+        first = self.addressable[0]
         return ExecutePlan(
             name=self.name, num_replicas=self.num_replicas, num_partitions=self.num_partitions,
             num_args=self.num_args,
             donated=tuple(sorted(set(program.aliases) | set(program.donated_inputs))),
             output_types=self.output_types, output_dims=self.output_dims,
             output_nbytes=tuple(o.nbytes for o in self.outputs),
-            output_read_advance=tuple(self.addressable[0].read_advance(o.nbytes)
-                                      for o in self.outputs),
+            output_read_advance=tuple(first.memory_of(kind).read_advance(o.nbytes)
+                                      for o, kind in zip(self.outputs, kinds, strict=True)),
             devices=tuple(d.handle for d in self.addressable),
+            output_reordered=self.output_reordered,
+            output_memories=tuple(tuple(d.memory_of(kind).handle for kind in kinds)
+                                  for d in self.addressable),
             clocks=tuple(d.clock for d in self.addressable), advance=self.advance,
             run=run, direct=direct, with_token=with_token,
             assemble=self.assemble if len(self.addressable) > 1 else None,
@@ -146,12 +179,12 @@ class IpuExecutable:
         XLA:CPU takes a program's per-device arguments as one array over its devices. A
         replicated sharding places shard d on device d for any shard shape; the executable, not
         the sharding, decides what the shards mean, so the shards need not be equal."""
-        sharding = _replicated(self._cpu_devices)
         joined = []
-        for shards in zip(*per_device, strict=True):
+        for shards, kind in zip(zip(*per_device, strict=True), self.parameter_kinds,
+                                strict=True):
             aval = jax.core.ShapedArray(shards[0].shape, shards[0].dtype)
-            joined.append(_internals.ArrayImpl(aval, sharding, list(shards), committed=True,
-                                               _skip_checks=True))
+            joined.append(_internals.ArrayImpl(aval, _replicated(self._cpu_devices, kind),
+                                               list(shards), committed=True, _skip_checks=True))
         return joined
 
     # ---- what jax asks about the program ----
@@ -166,18 +199,27 @@ class IpuExecutable:
             return [b""] * count if count or which == "parameter" else [b"\x08\x02"]
         return [s.SerializeToString() for s in found]
 
-    def optimized_program(self) -> tuple[str, bytes]:
-        """What jax reads back as the compiled program: (PJRT program format, bytes).
+    @functools.cached_property
+    def layouts(self) -> tuple[list[Any], list[Any]]:
+        """(parameters, outputs) layouts (jax Layouts), as XLA:CPU compiled the program."""
+        return numerics.entry_layouts(self.cpu_executable)
 
-        One device: the program jax sent (no IPU rewriting happens before Poplar), as HLO when
-        the compile made it, which jaxlib reads without converting. Several: what XLA's
-        partitioner made of it, as StableHLO (jaxlib cannot turn the Shardy program jax sent
-        back into HLO)."""
+    def optimized_program(self) -> tuple[str, bytes]:
+        """What jax reads back as the compiled program (Executable_OptimizedProgram), with the
+        entry layouts XLA:CPU compiled it with: (PJRT program format, bytes).
+
+        Of one device, the program jax sent, which is what the model judged: as HLO when the
+        compile converted it (jaxlib reads that without an MLIR context of its own), else as
+        StableHLO. Of several, what one device runs after XLA's SPMD partitioner (jaxlib cannot
+        print the Shardy program)."""
         if len(self.devices) > 1:
-            return "mlir", self.partitioned_program()
-        if self.compiled.hlo_program is not None:
-            return "hlo_with_config", self.compiled.hlo_program
-        return "mlir", self.code
+            return "mlir", numerics.with_entry_layouts(self.partitioned_program(), *self.layouts)
+        if self.compiled.hlo_module is not None:
+            answer = hlo.hlo_with_config(self.compiled.hlo_module, self.cpu_executable,
+                                         self.num_replicas, self.num_partitions)
+            if answer is not None:
+                return "hlo_with_config", answer
+        return "mlir", numerics.with_entry_layouts(self.code, *self.layouts)
 
     def partitioned_program(self) -> bytes:
         """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
@@ -206,6 +248,11 @@ class IpuExecutable:
             "peak": memory.peak_bytes,
             "total": memory.argument_bytes + memory.output_bytes - memory.alias_bytes
             + memory.temporary_bytes + code,
+            # Streaming Memory and host memory (JAX's host memory kinds)
+            "host_argument": memory.host_argument_bytes,
+            "host_output": memory.host_output_bytes,
+            "host_temp": max(0, sum(memory.other_kinds.values()) - memory.host_argument_bytes
+                             - memory.host_output_bytes),
         }
 
     def cost_analysis(self) -> dict[str, float]:
@@ -220,6 +267,9 @@ class IpuExecutable:
             "ipu_sync_cycles": cycles.sync,
             "ipu_host_exchange_cycles": cycles.host_exchange,
             "ipu_call_cycles": cycles.call,
+            "ipu_streaming_setup_cycles": cycles.streaming_setup,
+            "ipu_streaming_cycles": cycles.streaming,
+            "ipu_streaming_memory_bytes": report.memory.streaming_memory_bytes,
             "ipu_seconds": report.seconds,
             "ipu_clock_hz": report.target.clock_hz,
             "ipu_max_tile_bytes": report.memory.max_tile_bytes,
@@ -227,18 +277,21 @@ class IpuExecutable:
         }
 
 
-def _dispatcher(name: str, executable: Any, cpu_device: Any, inputs: Sequence[Any],
-                outputs: Sequence[OutputSpec]) -> Any:
+def _dispatcher(name: str, executable: Any, cpu_device: Any, input_kinds: Sequence[str],
+                outputs: Sequence[OutputSpec], output_kinds: Sequence[str]) -> Any:
     """A callable running `executable` on one CPU device as jax dispatches its own compiled
     programs: f(*arrays) -> tuple of output arrays. Its first call (and a call whose arguments
     jax's cache does not recognise) runs execute_sharded and hands jax what its C++ fast path
-    needs next time."""
-    sharding = jax.sharding.SingleDeviceSharding(cpu_device)
+    needs next time. Arguments and outputs are in the CPU device's memory of their kind."""
+    def sharding(kind: str) -> Any:
+        return jax.sharding.SingleDeviceSharding(cpu_device, memory_kind=kind)
+
     avals = [jax.core.ShapedArray(o.dims, numpy_dtype(o.dtype)) for o in outputs]
-    n_in, n_out = len(inputs), len(outputs)
+    n_in, n_out = len(input_kinds), len(outputs)
     fastpath = _internals.MeshExecutableFastpathData(
-        executable, jax.tree_util.tree_structure(tuple(range(n_out))), [sharding] * n_in,
-        [sharding] * n_out, avals, [True] * n_out, [True] * n_in, [None] * n_in, [])
+        executable, jax.tree_util.tree_structure(tuple(range(n_out))),
+        [sharding(k) for k in input_kinds], [sharding(k) for k in output_kinds], avals,
+        [True] * n_out, [True] * n_in, [None] * n_in, [])
 
     def cache_miss(*args: Any) -> tuple[Any, Any, bool]:
         results = executable.execute_sharded(list(args))
@@ -250,7 +303,13 @@ def _dispatcher(name: str, executable: Any, cpu_device: Any, inputs: Sequence[An
                            _internals.dispatch_registry, _internals.cc_shard_arg)
 
 
+def _row_major(layout: Any) -> bool:
+    """Whether a jax Layout is the plain row-major order (no tiles) of every ipu buffer."""
+    order = layout.major_to_minor
+    return tuple(order) == tuple(range(len(order))) and not layout.tiling
+
+
 @functools.lru_cache(maxsize=64)
-def _replicated(cpu_devices: tuple[Any, ...]) -> Any:
+def _replicated(cpu_devices: tuple[Any, ...], kind: str) -> Any:
     mesh = jax.sharding.Mesh(np.array(cpu_devices), ("devices",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)

@@ -23,9 +23,14 @@ class ExecutePlan:
     donated: tuple[int, ...]  # arguments XLA:CPU consumes (aliased to outputs, or donors)
     output_types: tuple[int, ...]  # per output: its PJRT element type
     output_dims: tuple[tuple[int, ...], ...]
-    output_nbytes: tuple[int, ...]  # per output: bytes it holds on its device
-    output_read_advance: tuple[np.ndarray, ...]  # per output: what reading it back adds to a clock
+    output_nbytes: tuple[int, ...]  # per output: bytes it holds in its memory
+    # per output: what reading it back adds to a clock (its memory kind's read_advance)
+    output_read_advance: tuple[np.ndarray, ...]
+    # per output: laid out other than row-major (a user's Format): never read in place
+    output_reordered: tuple[bool, ...]
     devices: tuple[Any, ...]  # the PJRT handles of the devices this process runs, in order
+    # per device (in `devices` order), per output: the PJRT handle of the memory it lands in
+    output_memories: tuple[tuple[Any, ...], ...]
     clocks: tuple[np.ndarray, ...]  # per device: its model clock (int64, device.CLOCK_FIELDS)
     advance: np.ndarray  # what one execution adds to each of those clocks (int64)
     run: Callable[..., Any]  # direct: run(*arrays) -> outputs; else XLA:CPU's execute_sharded

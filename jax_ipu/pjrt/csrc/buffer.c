@@ -1,5 +1,5 @@
-/* PJRT buffers: handles over XLA:CPU arrays on a device, their metadata served in C, deleted (or
- * donated) in place; their bytes count against their device's memory. */
+/* PJRT buffers: handles over XLA:CPU arrays in a device's memory (kind), their metadata and reads
+ * served in C, deleted (or donated) in place; their bytes count against that memory. */
 #include "pjrt.h"
 
 #include <stdlib.h>
@@ -144,10 +144,14 @@ PJRT_Error *c_Buffer_Delete(void *args) {
 PJRT_Error *c_Buffer_IsOnCpu(void *args) {
   BufFlagArgs *a = args;
   SEEN(SLOT_Buffer_IsOnCpu, a);
-  /* The IPU Model's tile memory is host memory: jaxlib reads it in place (zero-copy NumPy
-     views), as it reads cpu arrays; sub-byte types go through ToHostBuffer, which unpacks. */
-  int t = BUF(a)->element_type;
-  a->flag = t >= 0 && t < 64 && (in_place_types >> t) & 1;
+  /* Every memory of the IPU Model (tile memory, Streaming Memory, host memory) is host memory
+     underneath: jaxlib reads it in place (zero-copy NumPy views), as it reads cpu arrays, and
+     the read is charged as its kind's (OpaqueDeviceMemoryDataPointer); sub-byte types go
+     through ToHostBuffer, which unpacks, and so do buffers in a user's layout (jaxlib would
+     read their bytes as row-major), which XLA:CPU reorders. */
+  Handle *h = BUF(a);
+  int t = h->element_type;
+  a->flag = !h->reordered && t >= 0 && t < 64 && (in_place_types >> t) & 1;
   return NULL;
 }
 PJRT_Error *c_Buffer_OnDeviceSizeInBytes(void *args) {
@@ -217,8 +221,9 @@ static PJRT_Error *buffer_address(Handle *h, void **data) {
   return NULL;
 }
 
-/* Copies a buffer's values to `dst` in the host's layout: row-major, one byte per element of the
-   sub-byte types that XLA:CPU packs (GIL held; jaxlib's C++ only, as above). */
+/* Copies a buffer's values to `dst` in the host's layout: row-major whatever the buffer's own,
+   one byte per element of the sub-byte types that XLA:CPU packs (GIL held; jaxlib's C++ and
+   Python's buffer copy only, as above). */
 static PJRT_Error *buffer_copy(Handle *h, void *dst) {
   PJRT_Error *err = NULL;
   PyObject *array = buffer_array(h, &err);
@@ -228,12 +233,13 @@ static PJRT_Error *buffer_copy(Handle *h, void *dst) {
   Py_DECREF(array);
   Py_buffer view;
   if (pair == NULL || !PyTuple_Check(pair) ||
-      PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 0), &view, PyBUF_C_CONTIGUOUS) < 0) {
+      PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 0), &view, PyBUF_STRIDES) < 0) {
     Py_XDECREF(pair);
     return error_from_python();
   }
   if ((size_t)view.len == h->nbytes) {
-    memcpy(dst, view.buf, h->nbytes);
+    /* a view in the array's own order (a user's layout) is gathered into row-major */
+    if (PyBuffer_ToContiguous(dst, &view, view.len, 'C') < 0) err = error_from_python();
   } else {
     char msg[256];
     snprintf(msg, sizeof msg, "jax_ipu: a buffer of %zu bytes read back as %zd bytes",
@@ -245,8 +251,9 @@ static PJRT_Error *buffer_copy(Handle *h, void *dst) {
   return err;
 }
 
-/* Charges one read of the buffer by the host to its device's clock, and tells the profiler (GIL
-   held). `start` is when the read began. */
+/* Charges one read of the buffer by the host to its device's clock (what its memory kind's
+   reads cost), and tells the profiler of a read that crossed the host link (GIL held). `start`
+   is when the read began. */
 static PJRT_Error *buffer_charge_read(Handle *h, double start) {
   Handle *device = h->memory->device;
   int64_t cycles = 0;
@@ -254,7 +261,7 @@ static PJRT_Error *buffer_charge_read(Handle *h, double start) {
     device->clock[c] += h->read.cycles[c];
     cycles += h->read.cycles[c];
   }
-  if (device->on_read == NULL) return NULL;
+  if (device->on_read == NULL || cycles == 0) return NULL; /* host memory: nothing moved */
   PyObject *res = PyObject_CallFunction(device->on_read, "nddL", (Py_ssize_t)h->nbytes, start,
                                         monotonic_s(), (long long)cycles);
   Py_XDECREF(res);

@@ -14,12 +14,16 @@ void plan_free(Plan *p) {
   for (size_t d = 0; d < p->num_devices; d++) {
     if (p->devices) Py_XDECREF((PyObject *)p->devices[d]);
     if (p->clock_arrays) Py_XDECREF(p->clock_arrays[d]);
+    for (size_t k = 0; k < p->num_outputs && p->out_memories; k++)
+      Py_XDECREF((PyObject *)p->out_memories[d * p->num_outputs + k]);
   }
   for (size_t k = 0; k < p->num_outputs && p->out_dims; k++) free(p->out_dims[k]);
   for (size_t k = 0; k < p->num_outputs && p->out_read; k++) Py_XDECREF(p->out_read[k].owner);
   free(p->out_read);
+  free(p->out_reordered);
   free(p->donated); free(p->out_types); free(p->out_dims); free(p->out_ndims);
-  free(p->out_nbytes); free(p->devices); free(p->clock_arrays); free(p->clocks);
+  free(p->out_nbytes); free(p->devices); free(p->out_memories); free(p->out_in);
+  free(p->clock_arrays); free(p->clocks);
   free(p);
 }
 
@@ -27,8 +31,9 @@ void plan_free(Plan *p) {
    an executable is loaded. The plugin checks this list against the type when it starts. */
 #define PLAN_FIELDS(X) \
   X(name) X(num_replicas) X(num_partitions) X(num_args) X(donated) X(output_types) \
-  X(output_dims) X(output_nbytes) X(output_read_advance) X(devices) X(clocks) X(advance) X(run) \
-  X(direct) X(with_token) X(assemble) X(after) X(refusal)
+  X(output_dims) X(output_nbytes) X(output_read_advance) X(output_reordered) X(devices) \
+  X(output_memories) X(clocks) X(advance) X(run) X(direct) X(with_token) X(assemble) X(after) \
+  X(refusal)
 #define FIELD_ENUM(name) F_##name,
 enum { PLAN_FIELDS(FIELD_ENUM) NUM_PLAN_FIELDS };
 #define FIELD_NAME(name) #name,
@@ -60,6 +65,36 @@ static PyObject *optional(PyObject *v) {
   return NULL;
 }
 
+/* Device d's row of the plan's output memories: one memory handle of that device per output. */
+static int plan_memories(Plan *p, size_t d, PyObject *memories) {
+  PyObject *row = PySequence_GetItem(memories, (Py_ssize_t)d);
+  if (row == NULL) return -1;
+  if (PyObject_Length(row) != (Py_ssize_t)p->num_outputs) {
+    Py_DECREF(row);
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "a plan needs one output memory per output");
+    return -1;
+  }
+  for (size_t k = 0; k < p->num_outputs; k++) {
+    PyObject *m = PySequence_GetItem(row, (Py_ssize_t)k);
+    if (m == NULL) break;
+    if (!PyObject_TypeCheck(m, &HandleType) || ((Handle *)m)->stats == NULL ||
+        ((Handle *)m)->device != p->devices[d]) {
+      Py_DECREF(m);
+      PyErr_SetString(PyExc_TypeError, "plan output memories must be memory handles of the "
+                      "device they are listed for");
+      break;
+    }
+    p->out_memories[d * p->num_outputs + k] = (Handle *)m;
+    OutputsIn *in = &p->out_in[d * MAX_MEMORY_KINDS + ((Handle *)m)->kind_id];
+    in->memory = (Handle *)m;
+    in->nbytes += p->out_nbytes[k];
+    in->count += 1;
+  }
+  Py_DECREF(row);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
 static Plan *plan_from(PyObject *py) {
   if (plan_type == NULL || !PyObject_TypeCheck(py, (PyTypeObject *)plan_type)) {
     PyErr_SetString(PyExc_TypeError, "an executable's plan must be an ExecutePlan");
@@ -88,11 +123,14 @@ static Plan *plan_from(PyObject *py) {
   p->num_outputs = (size_t)num_out;
   p->num_devices = (size_t)num_dev;
   if (p->num_devices == 0 || (p->num_devices > 1 && p->assemble == NULL) ||
-      PyObject_Length(v[F_clocks]) != num_dev || PyObject_Length(v[F_output_dims]) != num_out ||
+      PyObject_Length(v[F_clocks]) != num_dev ||
+      PyObject_Length(v[F_output_memories]) != num_dev ||
+      PyObject_Length(v[F_output_dims]) != num_out ||
       PyObject_Length(v[F_output_nbytes]) != num_out ||
+      PyObject_Length(v[F_output_reordered]) != num_out ||
       PyObject_Length(v[F_output_read_advance]) != num_out) {
-    PyErr_SetString(PyExc_ValueError, "a plan needs devices, their clocks, dims and bytes of "
-                    "every output, and assemble() for several devices");
+    PyErr_SetString(PyExc_ValueError, "a plan needs devices, their clocks and output memories, "
+                    "dims and bytes of every output, and assemble() for several devices");
     goto fail;
   }
   if (p->direct && (p->num_devices != 1 || p->with_token)) {
@@ -113,6 +151,7 @@ static Plan *plan_from(PyObject *py) {
   p->out_ndims = calloc(p->num_outputs + 1, sizeof(size_t));
   p->out_nbytes = calloc(p->num_outputs + 1, sizeof(size_t));
   p->out_read = calloc(p->num_outputs + 1, sizeof(Advance));
+  p->out_reordered = calloc(p->num_outputs + 1, 1);
   for (size_t k = 0; k < p->num_outputs; k++) {
     PyObject *read = PySequence_GetItem(v[F_output_read_advance], (Py_ssize_t)k);
     int bad = read == NULL || advance_from(read, &p->out_read[k]) < 0;
@@ -121,7 +160,9 @@ static Plan *plan_from(PyObject *py) {
     PyObject *t = PySequence_GetItem(v[F_output_types], (Py_ssize_t)k);
     PyObject *s = PySequence_GetItem(v[F_output_dims], (Py_ssize_t)k);
     PyObject *b = PySequence_GetItem(v[F_output_nbytes], (Py_ssize_t)k);
-    if (t && s && b) {
+    PyObject *r = PySequence_GetItem(v[F_output_reordered], (Py_ssize_t)k);
+    if (t && s && b && r) {
+      p->out_reordered[k] = PyObject_IsTrue(r) == 1;
       p->out_types[k] = (int)PyLong_AsLong(t);
       p->out_nbytes[k] = PyLong_AsSize_t(b);
       p->out_dims[k] = dims_from(s, &p->out_ndims[k]);
@@ -129,9 +170,12 @@ static Plan *plan_from(PyObject *py) {
     Py_XDECREF(t);
     Py_XDECREF(s);
     Py_XDECREF(b);
+    Py_XDECREF(r);
     if (PyErr_Occurred()) goto fail;
   }
   p->devices = calloc(p->num_devices, sizeof(Handle *));
+  p->out_memories = calloc(p->num_devices * p->num_outputs + 1, sizeof(Handle *));
+  p->out_in = calloc(p->num_devices * MAX_MEMORY_KINDS, sizeof(OutputsIn));
   p->clock_arrays = calloc(p->num_devices, sizeof(PyObject *));
   p->clocks = calloc(p->num_devices, sizeof(int64_t *));
   for (size_t d = 0; d < p->num_devices; d++) {
@@ -151,6 +195,7 @@ static Plan *plan_from(PyObject *py) {
       PyErr_SetString(PyExc_ValueError, "a device clock is shorter than the plan's advance");
       goto fail;
     }
+    if (plan_memories(p, d, v[F_output_memories]) < 0) goto fail;
   }
   for (int i = 0; i < NUM_PLAN_FIELDS; i++) Py_XDECREF(v[i]);
   return p;

@@ -1,8 +1,8 @@
 /* LoadedExecutable_Execute: one path for one or many devices, driven by the executable's plan.
  *
  * Arguments are the CPU arrays behind the input buffers; XLA:CPU runs (asynchronously) and its
- * outputs become buffers carrying one completion event; donated inputs die; the devices' model
- * clocks advance by the plan's cycles. */
+ * outputs become buffers in the memories the plan names, carrying one completion event; donated
+ * inputs die; the devices' model clocks advance by the plan's cycles. */
 #include "pjrt.h"
 
 #include <stdlib.h>
@@ -51,25 +51,28 @@ static PJRT_Error *check_arguments(Handle *exe, ExecuteArgs *a) {
   return NULL;
 }
 
-/* Refuses the call, before anything runs, when a device's memory cannot hold its outputs once
-   the inputs donated to the call are freed (RESOURCE_EXHAUSTED naming the sizes). */
+/* Refuses the call, before anything runs, when a memory of a device cannot hold the outputs
+   that land in it once the inputs donated to the call are freed (RESOURCE_EXHAUSTED naming the
+   sizes): each memory kind against its own capacity. */
 static PJRT_Error *reserve_outputs(Plan *p, ExecuteArgs *a, const unsigned char *keep) {
-  size_t need = 0;
-  for (size_t k = 0; k < p->num_outputs; k++) need += p->out_nbytes[k];
   for (size_t d = 0; d < a->num_devices; d++) {
-    Handle *memory = p->devices[d]->memory;
-    size_t freed = 0;
-    for (size_t i = 0; i < a->num_args; i++) {
-      Handle *b = FROM_PJRT(a->argument_lists[d][i]);
-      if (p->donated[i] && !keep[i] && b->memory == memory) freed += b->nbytes;
+    for (size_t kind = 0; kind < MAX_MEMORY_KINDS; kind++) {
+      const OutputsIn *in = &p->out_in[d * MAX_MEMORY_KINDS + kind];
+      if (in->memory == NULL) continue;
+      size_t freed = 0;
+      for (size_t i = 0; i < a->num_args; i++) {
+        Handle *b = FROM_PJRT(a->argument_lists[d][i]);
+        if (p->donated[i] && !keep[i] && b->memory == in->memory) freed += b->nbytes;
+      }
+      if (memory_fits(in->memory, in->nbytes, freed)) continue;
+      PyObject *what = in->count == 1
+                           ? PyUnicode_FromFormat("the output of %U", p->name)
+                           : PyUnicode_FromFormat("the %zu outputs of %U", in->count, p->name);
+      PJRT_Error *err = what ? memory_shortfall(in->memory, in->nbytes, freed, what)
+                             : error_from_python();
+      Py_XDECREF(what);
+      return err;
     }
-    if (memory_fits(memory, need, freed)) continue;
-    PyObject *what = p->num_outputs == 1
-                         ? PyUnicode_FromFormat("the output of %U", p->name)
-                         : PyUnicode_FromFormat("the %zu outputs of %U", p->num_outputs, p->name);
-    PJRT_Error *err = what ? memory_shortfall(memory, need, freed, what) : error_from_python();
-    Py_XDECREF(what);
-    return err;
   }
   return NULL;
 }
@@ -272,7 +275,8 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
 
   for (size_t d = 0; d < a->num_devices; d++) {
     for (size_t k = 0; k < p->num_outputs; k++) {
-      Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d]->memory,
+      Handle *h = buffer_new(output_array(outputs, k, d, p->direct),
+                             p->out_memories[d * p->num_outputs + k],
                              p->out_types[k], p->out_dims[k], p->out_ndims[k],
                              p->out_nbytes[k], event, &p->out_read[k]);
       if (h == NULL) { /* jaxlib ignores the outputs of a failed call: drop those made */
@@ -282,6 +286,7 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
         goto python_error;
       }
       h->settled = 1; /* ready now (no event), or when its event says */
+      h->reordered = p->out_reordered[k];
       a->output_lists[d][k] = TO_PJRT(h);
     }
     if (a->device_complete_events)

@@ -39,6 +39,12 @@ static PyObject *handle_get_device(Handle *self, void *closure) {
   Py_INCREF(dev);
   return dev;
 }
+static PyObject *handle_get_memory(Handle *self, void *closure) {
+  (void)closure;
+  PyObject *memory = self->memory ? self->memory->obj : Py_None;
+  Py_INCREF(memory);
+  return memory;
+}
 static PyObject *handle_get_nbytes(Handle *self, void *closure) {
   (void)closure;
   return PyLong_FromSize_t(self->nbytes);
@@ -59,6 +65,7 @@ static PyGetSetDef handle_getset[] = {
     {"deleted", (getter)handle_get_deleted, NULL, "whether jax deleted (or donated) it", NULL},
     {"address", (getter)handle_get_address, NULL, "the pointer jaxlib sees", NULL},
     {"device", (getter)handle_get_device, NULL, "a buffer's runtime device", NULL},
+    {"memory", (getter)handle_get_memory, NULL, "a buffer's runtime memory", NULL},
     {"nbytes", (getter)handle_get_nbytes, NULL, "a buffer's size in bytes", NULL},
     {"dims", (getter)handle_get_dims, NULL, "a buffer's dimensions", NULL},
     {"element_type", (getter)handle_get_element_type, NULL, "a buffer's PJRT type", NULL},
@@ -195,25 +202,38 @@ PyObject *py_new_handle(PyObject *self, PyObject *obj) {
   return (PyObject *)handle_alloc(obj);
 }
 
-/* new_device(device, memory, clock, on_read): a device's handle, with its default memory's, its
-   model clock (int64) and the hook reads call (None: none). */
+/* new_device(device, memories, clock, on_read): a device's handle, with its memories' handles
+   (the first is its default memory), its model clock (int64) and the hook reads call (None:
+   none). */
 PyObject *py_new_device(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *obj, *clock, *on_read;
-  Handle *memory;
-  if (!PyArg_ParseTuple(args, "OO!OO", &obj, &HandleType, &memory, &clock, &on_read)) return NULL;
-  if (memory->stats == NULL) {
-    PyErr_SetString(PyExc_TypeError, "new_device() takes a memory's handle");
-    return NULL;
+  PyObject *obj, *memories, *clock, *on_read;
+  if (!PyArg_ParseTuple(args, "OOOO", &obj, &memories, &clock, &on_read)) return NULL;
+  PyObject *fast = PySequence_Fast(memories, "new_device() takes a sequence of memory handles");
+  if (fast == NULL) return NULL;
+  Py_ssize_t n_memories = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n_memories; i++) {
+    PyObject *m = PySequence_Fast_GET_ITEM(fast, i);
+    if (!PyObject_TypeCheck(m, &HandleType) || ((Handle *)m)->stats == NULL) {
+      Py_DECREF(fast);
+      PyErr_SetString(PyExc_TypeError, "new_device() takes memory handles");
+      return NULL;
+    }
   }
   int64_t *data;
   size_t n;
-  if (int64_array(clock, &data, &n) < 0) return NULL;
-  Handle *h = handle_alloc(obj);
-  if (h == NULL) return NULL;
-  Py_INCREF((PyObject *)memory);
-  h->memory = memory;
-  memory->device = h;
+  Handle *h = n_memories > 0 && int64_array(clock, &data, &n) == 0 ? handle_alloc(obj) : NULL;
+  if (h == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "new_device() needs at least one memory");
+    Py_DECREF(fast);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n_memories; i++)
+    ((Handle *)PySequence_Fast_GET_ITEM(fast, i))->device = h;
+  h->memory = (Handle *)PySequence_Fast_GET_ITEM(fast, 0);
+  Py_INCREF((PyObject *)h->memory);
+  Py_DECREF(fast);
   Py_INCREF(clock);
   h->clock_array = clock;
   h->clock = data;

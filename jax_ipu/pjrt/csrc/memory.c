@@ -1,5 +1,6 @@
-/* PJRT memories: their kind, and the counters of the bytes their buffers hold (int64 arrays the
- * runtime's memory owns and reads for memory_stats()), against the bytes the memory holds. */
+/* PJRT memories: one per memory kind of a device (tile memory, Streaming Memory, host memory),
+ * each with its kind and the counters of the bytes its buffers hold (int64 arrays the runtime's
+ * memory owns and reads for memory_stats()), against the bytes the memory holds. */
 #include "pjrt.h"
 
 typedef struct {
@@ -20,7 +21,8 @@ void memory_alloc(Handle *memory, size_t nbytes) {
 
 /* Whether `nbytes` more fit in the memory once `freed` bytes of it go. */
 int memory_fits(Handle *memory, size_t nbytes, size_t freed) {
-  return memory->stats[STAT_IN_USE] - (int64_t)freed + (int64_t)nbytes <= memory->limit;
+  return memory->limit < 0 ||
+         memory->stats[STAT_IN_USE] - (int64_t)freed + (int64_t)nbytes <= memory->limit;
 }
 /* RESOURCE_EXHAUSTED for what does not fit, saying why and what to do in the runtime memory's
    words (GIL held); `what` (str) names what would take the bytes. */
@@ -33,13 +35,20 @@ PJRT_Error *memory_shortfall(Handle *memory, size_t nbytes, size_t freed, PyObje
   return err;
 }
 
-/* new_memory(memory, kind, stats, limit): a memory's handle; `stats` are its int64 counters
-   (STAT_*), `limit` the bytes it holds. */
+/* new_memory(memory, kind, kind_id, stats, limit): a memory's handle; `stats` are its int64
+   counters (STAT_*), `limit` the bytes it holds (-1: no limit). new_device() gives it its
+   device. */
 PyObject *py_new_memory(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *obj, *kind, *stats;
+  int kind_id;
   long long limit;
-  if (!PyArg_ParseTuple(args, "OSOL", &obj, &kind, &stats, &limit)) return NULL;
+  if (!PyArg_ParseTuple(args, "OSiOL", &obj, &kind, &kind_id, &stats, &limit)) return NULL;
+  if (kind_id < 0 || kind_id >= MAX_MEMORY_KINDS) {
+    PyErr_Format(PyExc_ValueError, "memory kind id %d is not below %d", kind_id,
+                 MAX_MEMORY_KINDS);
+    return NULL;
+  }
   int64_t *counters;
   size_t n;
   if (int64_array(stats, &counters, &n) < 0) return NULL;
@@ -51,6 +60,7 @@ PyObject *py_new_memory(PyObject *self, PyObject *args) {
   if (h == NULL) return NULL;
   Py_INCREF(kind);
   h->kind = kind;
+  h->kind_id = kind_id;
   Py_INCREF(stats);
   h->stats_array = stats;
   h->stats = counters;
@@ -67,6 +77,6 @@ PJRT_Error *c_Memory_Kind(void *args) {
 }
 PJRT_Error *c_Memory_Kind_Id(void *args) {
   MemoryKindIdArgs *a = args;
-  a->kind_id = 0; /* one memory kind per device */
+  a->kind_id = FROM_PJRT(a->memory)->kind_id;
   return NULL;
 }

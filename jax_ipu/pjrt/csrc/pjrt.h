@@ -147,6 +147,8 @@ typedef struct Handle {
   PJRT_Event *event;      /* NULL when ready at creation */
   Advance read;           /* what reading it back adds to its device's clock */
   int settled;            /* its event (or none) says when XLA:CPU computed it */
+  int reordered;          /* its bytes are not in row-major order (a user's layout): the host
+                             reads it through a copy, never in place */
   void *data;             /* the address of its bytes, once asked for */
   size_t external_refs;   /* the host reading it in place (NumPy views, DLPack) */
   PyObject *external;     /* its CPU array while external references exist */
@@ -158,9 +160,10 @@ typedef struct Handle {
   /* memories */
   struct Handle *device;  /* its device (borrowed: a device and its memories live together) */
   PyObject *kind;         /* memory kind (bytes) */
+  int kind_id;            /* the kind's PJRT id, below MAX_MEMORY_KINDS */
   PyObject *stats_array;  /* int64 counters (STAT_*) of its buffers' bytes, owned by the runtime */
   int64_t *stats;
-  int64_t limit;          /* bytes it holds */
+  int64_t limit;          /* bytes it holds; negative: no limit */
   /* executables */
   Plan *plan;
   /* frees what the file that made it attached (a buffer's bytes, an executable's plan) */
@@ -178,7 +181,8 @@ int int64_array(PyObject *array, int64_t **data, size_t *n);
 int int64_view(PyObject *array, const int64_t **data, size_t *n);
 int64_t *dims_from(PyObject *seq, size_t *n);
 
-/* ---- memories (memory.c): the bytes their buffers hold ---- */
+/* ---- memories (memory.c): one per memory kind of a device, and the bytes their buffers hold */
+#define MAX_MEMORY_KINDS 8
 void memory_alloc(Handle *memory, size_t nbytes);
 void memory_free(Handle *memory, size_t nbytes);
 int memory_fits(Handle *memory, size_t nbytes, size_t freed);
@@ -192,6 +196,8 @@ Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int6
 void buffer_release(Handle *h);
 
 /* ---- executables (executable.c): how one runs, read once from its ExecutePlan ---- */
+/* The outputs of one execution that land in one memory of a device. */
+typedef struct { Handle *memory; size_t nbytes, count; } OutputsIn;
 struct Plan {
   PyObject *name;      /* str */
   size_t num_replicas, num_partitions;
@@ -207,7 +213,10 @@ struct Plan {
   int64_t **out_dims;
   size_t *out_ndims, *out_nbytes;
   Advance *out_read;              /* per output: what reading it back adds to a clock */
+  unsigned char *out_reordered;   /* per output: laid out other than row-major */
   Handle **devices;               /* addressable devices, in execution order */
+  Handle **out_memories;          /* output k of device d lands in [d * num_outputs + k] */
+  OutputsIn *out_in;              /* [d * MAX_MEMORY_KINDS + kind id]: device d's outputs there */
   PyObject **clock_arrays;
   int64_t **clocks;               /* per device: model clock counters */
   int64_t *advance;               /* what one execution adds to each device's clock */

@@ -149,9 +149,11 @@ static PyMethodDef methods[] = {
     {"slot_names", py_slot_names, METH_NOARGS, "Slot names in table order."},
     {"new_handle", py_new_handle, METH_O, "new_handle(obj): a Handle around a client."},
     {"new_memory", py_new_memory, METH_VARARGS,
-     "new_memory(memory, kind, stats, limit): a memory's Handle, with its byte counters."},
+     "new_memory(memory, kind, kind_id, stats, limit): a memory's Handle, with its byte "
+     "counters (limit -1: none)."},
     {"new_device", py_new_device, METH_VARARGS,
-     "new_device(device, memory, clock, on_read): a device's Handle."},
+     "new_device(device, memories, clock, on_read): a device's Handle (memories[0] its "
+     "default)."},
     {"new_buffer", py_new_buffer, METH_VARARGS,
      "new_buffer(array, memory, element_type, dims, nbytes, read_advance): a ready buffer."},
     {"new_executable", py_new_executable, METH_VARARGS,

@@ -1,0 +1,212 @@
+"""Building C++ vertex glue for the host with the system C++ compiler, cached by content.
+
+A build is named by the sha256 of everything that goes into it; only a library this module wrote
+under that name (owner and digest checked) is ever loaded, and each FFI target registered once."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+
+from jax_ipu import config
+from jax_ipu.compiler import checks
+from jax_ipu.errors import IpuVertexBuildError
+
+logger = logging.getLogger(__name__)
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+NATIVE_DIR = Path(__file__).resolve().parent / "native"
+# Bump when the glue or the flags change meaning: it is part of every build's name.
+BUILD_FORMAT = "1"
+CXX_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC")
+CANDIDATES = ("g++", "c++", "clang++")
+COMPILE_TIMEOUT_S = 600
+MAX_ERROR_LINES = 40
+LIBRARY = "vertex.so"
+DIGEST = "vertex.so.sha256"
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}  # FFI target name -> its library (kept loaded)
+
+
+def cache_dir() -> Path:
+    """Where builds are kept: jax_ipu_tile_cache_dir, else <user cache>/jax_ipu/vertices."""
+    chosen = config.value("jax_ipu_tile_cache_dir")
+    if chosen:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "jax_ipu" / "vertices"
+
+
+def compiler() -> list[str]:
+    """The C++ compiler command: $CXX, else the first of g++, c++, clang++ on PATH."""
+    chosen = os.environ.get("CXX", "").strip()
+    if chosen:
+        command = shlex.split(chosen)
+        if shutil.which(command[0]) is None:
+            raise IpuVertexBuildError(
+                f"CXX={chosen!r} names a C++ compiler that is not on PATH. jax_ipu.tile builds "
+                "custom vertices for the host with a C++17 compiler: set CXX to one that "
+                "exists, or unset it to use g++ (Debian/Ubuntu: apt-get install g++)")
+        return command
+    for name in CANDIDATES:
+        if shutil.which(name):
+            return [name]
+    raise IpuVertexBuildError(
+        "no C++ compiler found (looked for $CXX, then g++, c++ and clang++ on PATH). "
+        "jax_ipu.tile builds custom vertices for the host, as Poplar's IPU Model ran codelets on "
+        "the host, and needs a C++17 compiler: install g++ (Debian/Ubuntu: "
+        "apt-get install g++; Fedora: dnf install gcc-c++) or set CXX")
+
+
+@functools.lru_cache(maxsize=8)
+def _identity(command: tuple[str, ...]) -> str:
+    """The compiler's first --version line (part of every build's name)."""
+    try:
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except OSError as e:
+        raise IpuVertexBuildError(f"cannot run the C++ compiler {command[0]!r}: {e}") from None
+    return (done.stdout.splitlines() or [""])[0]
+
+
+def local_includes(source: str, directory: Path | None, seen: set[Path] | None = None
+                   ) -> list[tuple[str, str]]:
+    """(path, text) of the files `source` includes with quotes from `directory`, recursively
+    (they are part of a build's content); system includes are not followed."""
+    if directory is None:
+        return []
+    seen = set() if seen is None else seen
+    found = []
+    for name in _INCLUDE.findall(source):
+        path = (directory / name).resolve()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        text = path.read_text(errors="replace")
+        found.append((str(path), text))
+        found += local_includes(text, path.parent, seen)
+    return found
+
+
+@dataclass(frozen=True)
+class Build:
+    """What one library is made of: the user's codelet (text, and the name compile errors
+    show), the generated glue, and the directory of the user's own includes."""
+
+    source: str
+    source_name: str
+    glue: str
+    source_dir: Path | None = None
+
+    def translation_unit(self) -> str:
+        name = self.source_name.replace("\\", "\\\\").replace('"', '\\"')
+        return (f'#include <poplar/Vertex.hpp>\n#line 1 "{name}"\n{self.source}\n'
+                f'#line 1 "jax_ipu_vertex_glue.cc"\n{self.glue}')
+
+    def digest(self, command: list[str]) -> str:
+        h = hashlib.sha256()
+        parts = [BUILD_FORMAT, " ".join(command), _identity(tuple(command)), " ".join(CXX_FLAGS),
+                 jax.ffi.include_dir(), self.translation_unit()]
+        parts += [p.read_text() for p in sorted(INCLUDE_DIR.rglob("*.hpp"))]
+        for path, text in local_includes(self.source, self.source_dir):
+            parts += [path, text]
+        for part in parts:
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+
+def _trusted(path: Path) -> bool:
+    """Whether a cached file is this user's own and not writable by others."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _compile(build: Build, command: list[str], out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="build-", dir=out.parent) as tmp:
+        unit = Path(tmp) / "vertex.cc"
+        unit.write_text(build.translation_unit())
+        argv = [*command, *CXX_FLAGS, "-I", str(INCLUDE_DIR), "-isystem",
+                jax.ffi.include_dir()]
+        if build.source_dir is not None:
+            argv += ["-iquote", str(build.source_dir)]
+        argv += [str(unit), "-o", str(Path(tmp) / LIBRARY)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=COMPILE_TIMEOUT_S, check=False)
+        except OSError as e:
+            raise IpuVertexBuildError(f"cannot run the C++ compiler {command[0]!r}: {e}") \
+                from None
+        except subprocess.TimeoutExpired:
+            raise IpuVertexBuildError(f"building {build.source_name} took more than "
+                                      f"{COMPILE_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            shown = "\n".join(lines[:MAX_ERROR_LINES])
+            more = f"\n... ({len(lines) - MAX_ERROR_LINES} more lines)" \
+                if len(lines) > MAX_ERROR_LINES else ""
+            raise IpuVertexBuildError(
+                f"the C++ compiler failed on the vertex in {build.source_name}:\n{shown}{more}")
+        library = Path(tmp) / LIBRARY
+        (Path(tmp) / DIGEST).write_text(_file_digest(library))
+        os.chmod(library, 0o600)
+        os.chmod(Path(tmp) / DIGEST, 0o600)
+        # Move the two files into place, the digest last: a library without its digest is
+        # never loaded, so a half-written build is rebuilt rather than trusted.
+        out.mkdir(mode=0o700, exist_ok=True)
+        os.replace(library, out / LIBRARY)
+        os.replace(Path(tmp) / DIGEST, out / DIGEST)
+
+
+def library(build: Build) -> Path:
+    """The built library for `build`, compiled unless this user's cache already holds it."""
+    command = compiler()
+    digest = build.digest(command)
+    root = cache_dir()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out = root / digest[:32]
+    lib, sums = out / LIBRARY, out / DIGEST
+    if lib.exists() and sums.exists() and _trusted(lib) and _trusted(sums) and \
+            sums.read_text().strip() == _file_digest(lib):
+        return lib
+    logger.info("building vertex %s into %s", build.source_name, out)
+    _compile(build, command, out)
+    return lib
+
+
+def register(build: Build, description: str, name: str | None = None) -> str:
+    """Build (or find) the library, load it, and register its handler as an XLA FFI target for
+    the host (XLA:CPU, which also runs ipu programs); the target's name (`name`, else one from
+    the build's digest), which compiled ipu programs may call (compiler/checks.py is told)."""
+    with _lock:
+        command = compiler()
+        target = name or f"jax_ipu_vertex_{build.digest(command)[:24]}"
+        if target not in _loaded:
+            lib = ctypes.CDLL(str(library(build)))
+            handler = lib.JaxIpuVertexHandler
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
+            checks.ALLOWED_CUSTOM_CALLS[target] = description
+            _loaded[target] = lib
+        return target
