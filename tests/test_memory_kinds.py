@@ -130,6 +130,28 @@ def test_moving_between_kinds_of_one_device_charges_the_gateway_on_the_clock():
     assert after["host_to_device"] == before["host_to_device"]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_reading_back_charges_what_a_read_of_its_kind_costs(kind):
+    """Every kind is host RAM underneath and is read in place, as on cpu; a read of tile memory
+    or Streaming Memory is one stream copy to the host (set-up, link, staging), a read of host
+    memory moves nothing. Outputs of a program are charged by the kind they land in."""
+    target = get_target("ipu2")
+    back = host_transfer(2**20, target, "to_host")
+    expected = {"stream_setup": back.setup_cycles, "device_to_host": back.link_cycles,
+                "host_staging": back.staging_cycles} if kind != "unpinned_host" else {}
+    fields = ("stream_setup", "device_to_host", "host_staging")
+    values = np.arange(2**18, dtype=np.float32)  # 1 MiB
+    put = jax.device_put(values, on(IPU, kind))
+    made = jax.jit(lambda a: a + 1, out_shardings=on(IPU, kind))(put)
+    for array, want in ((put, values), (made, values + 1)):
+        array.block_until_ready()
+        before = jax_ipu.clock(IPU).breakdown
+        np.testing.assert_array_equal(np.asarray(array), want)
+        after = jax_ipu.clock(IPU).breakdown
+        assert {f: after[f] - before[f] for f in fields} == {f: expected.get(f, 0)
+                                                              for f in fields}
+
+
 # ---- programs ----
 def test_jit_with_shardings_that_name_kinds():
     def run(d):

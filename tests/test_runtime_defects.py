@@ -220,6 +220,41 @@ def test_execution_outputs_count_against_the_device_memory():
     assert lines["small"] == "1.0 False"  # a refused call consumed nothing
 
 
+def test_execution_outputs_count_against_the_memory_kind_they_land_in():
+    """Outputs in Streaming Memory (pinned_host) count against its capacity, not the tiles':
+    three outputs of 0.6 of the tile memory each run; one more such output on the tiles, with
+    one already there, is refused."""
+    proc = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import SingleDeviceSharding
+        ipu = jax.devices("ipu")[0]
+        limit = ipu.memory_stats()["bytes_limit"]
+        n = limit * 6 // 10 // 4
+        pinned = SingleDeviceSharding(ipu, memory_kind="pinned_host")
+        to_pinned = jax.jit(lambda v: jnp.full(n, v, jnp.float32), out_shardings=pinned)
+        kept = [to_pinned(float(i)) for i in range(3)]
+        stats = ipu.memory_stats()
+        print("pinned", stats["bytes_in_use"], stats["bytes_reserved"],
+              [float(k[0]) for k in kept], kept[2].sharding.memory_kind)
+        on_tiles = jax.jit(lambda v: jnp.full(n, v, jnp.float32))
+        first = on_tiles(1.0)
+        try:
+            on_tiles(2.0).block_until_ready()
+            print("second ACCEPTED")
+        except Exception as e:
+            print("second", type(e).__name__, e)
+    """, env={"JAX_IPU_MODEL_NUM_TILES": "8"})
+    limit = 8 * 638976
+    nbytes = limit * 6 // 10 // 4 * 4
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["pinned"] == f"0 {3 * nbytes} [0.0, 1.0, 2.0] pinned_host"
+    refusal = lines["second"]
+    assert "RESOURCE_EXHAUSTED" in refusal and f"({nbytes} bytes)" in refusal
+    # in use: the first output and the refused call's own argument (float32 v)
+    assert f"its tile memory holds {limit} bytes" in refusal
+    assert f"{nbytes + 4} are in use" in refusal
+
+
 def test_device_put_makes_no_host_copy_of_the_array():
     ipu = jax.devices("ipu")[0]
     host = np.random.default_rng(0).standard_normal(4 << 20).astype(np.float32)  # 16 MiB
