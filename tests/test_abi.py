@@ -4,13 +4,18 @@ jaxlib fills every *_Args.struct_size with its own size: a free check of every l
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import serialize_executable
 
 from jax_ipu import plugin
 from jax_ipu.pjrt import _table, abi, slots
+from jax_ipu.runtime.plan import ExecutePlan
 
 # Layouts of the slots the C table serves (the Python ones are registered with theirs).
 C_SERVED = {
@@ -18,6 +23,7 @@ C_SERVED = {
     "PJRT_Buffer_ElementType": abi.BufferElementType,
     "PJRT_Buffer_Dimensions": abi.BufferDimensions,
     "PJRT_Buffer_GetMemoryLayout": abi.BufferGetMemoryLayout,
+    "PJRT_Buffer_ToHostBuffer": abi.BufferToHost,
     "PJRT_Buffer_IsDeleted": abi.LoadedBool,
     "PJRT_Buffer_ReadyEvent": abi.DevicePtr,
     "PJRT_Buffer_Device": abi.DevicePtr,
@@ -48,6 +54,7 @@ def _exercise() -> None:
     compiled = jax.jit(lambda a: a * 2).lower(x).compile()
     compiled.memory_analysis()
     compiled.cost_analysis()
+    serialize_executable.deserialize_and_load(*serialize_executable.serialize(compiled))
     big = jax.jit(lambda a: jnp.linalg.matrix_power(a, 8).sum())  # runs in the background
     slow = big(jax.device_put(np.ones((768, 768), np.float32), ipu))
     slow.is_ready()
@@ -86,3 +93,23 @@ def test_other_jaxlib_versions_are_refused_with_one_clear_error(version):
 
 def test_pinned_jaxlib_passes_the_gate():
     plugin.check_versions("0.10.2")
+
+
+def test_the_plan_c_reads_is_the_declared_type():
+    assert set(_table.plan_fields()) == {f.name for f in dataclasses.fields(ExecutePlan)}
+    slots.check_plan_type(ExecutePlan)
+
+
+def test_a_plan_field_renamed_on_one_side_stops_the_plugin():
+    renamed = dataclasses.make_dataclass(
+        "ExecutePlan", [("program_name" if f.name == "name" else f.name, f.type)
+                        for f in dataclasses.fields(ExecutePlan)], frozen=True)
+    with pytest.raises(ImportError, match=r"C reads \['name'\].*declares \['program_name'\]"):
+        slots.check_plan_type(renamed)
+
+
+def test_c_reads_no_plan_of_another_type():
+    jax.devices("ipu")  # the plugin installed its plan type
+    look_alike = SimpleNamespace(**{name: None for name in _table.plan_fields()})
+    with pytest.raises(TypeError, match="ExecutePlan"):
+        _table.new_executable(object(), look_alike)

@@ -147,3 +147,22 @@ def test_the_fast_dispatch_falls_back_when_jax_config_changes():
     assert x.is_deleted()
     for got in results:
         np.testing.assert_array_equal(got, np.arange(6, dtype=np.float32) * 3 - 1)
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_an_output_stays_readable_when_its_sibling_was_donated_while_pending(platform, operand):
+    device = jax.devices(platform)[0]
+    x = jax.device_put(operand, device)
+    long, pair = jax.jit(chain), jax.jit(lambda a: (chain(a), jnp.sum(a)))
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    for f in (long, pair):
+        jax.block_until_ready(f(x))  # compiled
+    first = long(x)  # keeps the ipu waiter busy while the next call is handed on
+    matrix, total = pair(x)
+    doubled = donate(matrix)  # matrix goes to a later call before anyone waited for it
+    total.block_until_ready()
+    expected = jax.jit(lambda a: (chain(a) * 2, jnp.sum(a)))(
+        jax.device_put(operand, jax.devices("cpu")[0]))
+    np.testing.assert_array_equal(np.asarray(total), np.asarray(expected[1]))
+    np.testing.assert_array_equal(np.asarray(doubled), np.asarray(expected[0]))
+    assert matrix.is_deleted() and first.block_until_ready() is first

@@ -105,3 +105,36 @@ def test_formats_of_a_program_with_a_sharding_constraint(platform):
     assert "sharding_constraint" in f.lower(jax.device_put(X, device)).as_text()
     assert compiled.output_formats.layout.major_to_minor == (0, 1)
     np.testing.assert_array_equal(compiled(jax.device_put(X, device)), (X * 2).T)
+
+
+def _entry_layout(hlo_text: str) -> str:
+    """The entry_computation_layout={...} of an HLO module's text (its braces balanced)."""
+    start = hlo_text.index("entry_computation_layout=") + len("entry_computation_layout=")
+    depth = 0
+    for end, char in enumerate(hlo_text[start:], start):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth == 0:
+            return hlo_text[start:end + 1]
+    raise AssertionError("unbalanced entry_computation_layout")
+
+
+def test_compiled_entry_layout_is_xla_cpus_with_kinds_and_tiles():
+    """What jax reads back of a compiled program (as_text(), formats) states the entry layout
+    XLA:CPU built it with: memory spaces of the memory kinds and a user's tiles, as on cpu."""
+    layouts = {}
+    for platform in PLATFORMS:
+        device = jax.devices(platform)[0]
+
+        def on(kind: str) -> SingleDeviceSharding:
+            return SingleDeviceSharding(device, memory_kind=kind)  # noqa: B023 - used at once
+
+        tiled = Format(Layout((1, 0), tiling=((8, 128),)), on("unpinned_host"))
+        f = jax.jit(lambda a, b: (a * 2, (b + 1).T), in_shardings=(on("pinned_host"), on("device")),
+                    out_shardings=(on("pinned_host"), tiled))
+        compiled = f.lower(X, X).compile()
+        layouts[platform] = (_entry_layout(compiled.as_text()), compiled.output_formats)
+        out = f(X, X)
+        np.testing.assert_array_equal(out[1], (X + 1).T)
+    assert layouts["ipu"][0] == layouts["cpu"][0]
+    assert "S(5)" in layouts["ipu"][0] and "T(8,128)" in layouts["ipu"][0]
+    assert [f.layout for f in layouts["ipu"][1]] == [f.layout for f in layouts["cpu"][1]]

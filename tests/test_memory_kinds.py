@@ -16,7 +16,7 @@ from jax.experimental.compute_on import compute_on
 from jax.sharding import SingleDeviceSharding
 
 import jax_ipu
-from jax_ipu.model import host_transfer
+from jax_ipu.model import engine_run_cycles, host_transfer
 from jax_ipu.model.streaming import PINNED_HOST, Move, capacity, move
 from jax_ipu.model.targets import get_target
 from tests._subprocess import run_python
@@ -128,6 +128,29 @@ def test_moving_between_kinds_of_one_device_charges_the_gateway_on_the_clock():
     assert after["streaming_setup"] - before["streaming_setup"] == 1590
     assert after["streaming"] - before["streaming"] == 88_525
     assert after["host_to_device"] == before["host_to_device"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reading_back_charges_what_a_read_of_its_kind_costs(kind):
+    """Every kind is host RAM underneath and is read in place, as on cpu; a read of tile memory
+    or Streaming Memory is one stream copy to the host (set-up, link, staging) and the run of
+    the program that streams it back; a read of host memory moves nothing. Outputs of a program are charged by the kind they land in."""
+    target = get_target("ipu2")
+    back = host_transfer(2**20, target, "to_host")
+    expected = {"stream_setup": back.setup_cycles, "device_to_host": back.link_cycles,
+                "host_staging": back.staging_cycles,
+                "read_back_run": engine_run_cycles(target)} if kind != "unpinned_host" else {}
+    fields = ("stream_setup", "device_to_host", "host_staging", "read_back_run")
+    values = np.arange(2**18, dtype=np.float32)  # 1 MiB
+    put = jax.device_put(values, on(IPU, kind))
+    made = jax.jit(lambda a: a + 1, out_shardings=on(IPU, kind))(put)
+    for array, want in ((put, values), (made, values + 1)):
+        array.block_until_ready()
+        before = jax_ipu.clock(IPU).breakdown
+        np.testing.assert_array_equal(np.asarray(array), want)
+        after = jax_ipu.clock(IPU).breakdown
+        assert {f: after[f] - before[f] for f in fields} == {f: expected.get(f, 0)
+                                                              for f in fields}
 
 
 # ---- programs ----

@@ -1,5 +1,5 @@
-"""Defects the runtime review found, each pinned: callback leaks, Ctrl-C, bad JAX_IPU_* values,
-reusing a donated array, and device_put beyond the device's memory."""
+"""Defects the runtime reviews found, each pinned: callback leaks, Ctrl-C, bad JAX_IPU_* values,
+reusing a donated array, device memory limits, and error codes written twice."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 import weakref
@@ -17,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_ipu import dtypes
+from jax_ipu.pjrt import abi, slots
 from tests._subprocess import run_python
 
 
@@ -70,6 +73,46 @@ def test_ctrl_c_reaches_the_user_as_keyboard_interrupt():
         proc.kill()
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err.splitlines()[-1]
+
+
+CTRL_C_READ = """
+    import sys, time, jax, jax.numpy as jnp, numpy as np
+    device = jax.devices(sys.argv[1])[0]
+    step = lambda i, a: jnp.tanh(a @ a * 0.01 + 0.5)
+    f = jax.jit(lambda a, n: jax.lax.fori_loop(0, n, step, a))
+    x = jax.device_put(np.eye(256, dtype=np.float32), device)
+    f(x, 1).block_until_ready()
+    y = f(x, 20000)  # seconds of work, dispatched asynchronously
+    print("waiting", flush=True)
+    try:
+        np.asarray(y)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+    except Exception as e:
+        print("swallowed", type(e).__name__, e)
+    print(np.asarray(y).sum(dtype=np.float64), flush=True)
+"""
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_ctrl_c_while_reading_a_pending_result_is_keyboard_interrupt(platform):
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CTRL_C_READ), platform],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(1)  # np.asarray waits for the loop
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    caught, total = out.splitlines()
+    assert caught == "KeyboardInterrupt"  # not a JaxRuntimeError, not lost
+    fixed_point = 1.0  # every element of the loop's result: t = tanh(256 * 0.01 * t * t + 0.5)
+    for _ in range(100):
+        fixed_point = np.tanh(2.56 * fixed_point**2 + 0.5)
+    assert float(total) == pytest.approx(256 * 256 * fixed_point, rel=1e-5)  # still readable
 
 
 @pytest.mark.parametrize("variable,value", [
@@ -135,6 +178,83 @@ def test_device_put_beyond_the_device_memory_is_refused_with_the_figures():
     assert proc.stdout.splitlines()[-1] == f"({limit // 8},)"
 
 
+def test_execution_outputs_count_against_the_device_memory():
+    proc = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        ipu = jax.devices("ipu")[0]
+        limit = ipu.memory_stats()["bytes_limit"]
+        in_use = lambda: ipu.memory_stats()["bytes_in_use"]
+        def attempt(what, f, *args):
+            before, said = in_use(), "ACCEPTED"
+            try:
+                f(*args).block_until_ready()
+            except Exception as e:
+                said = f"{type(e).__name__} {e}"
+            print(what, in_use() - before, said)  # the arguments jax put are gone by now
+        attempt("zeros", jnp.zeros, limit // 2, jnp.float32)  # twice the device
+        make = jax.jit(lambda v: jnp.full(limit * 6 // 10 // 4, v, jnp.float32))
+        kept = make(1.0)  # 0.6 of the device
+        attempt("second", make, 2.0)  # another 0.6
+        kept = jax.jit(lambda a: a + 1, donate_argnums=0)(kept)  # the donated 0.6 is freed
+        print("donated", in_use(), float(kept[0]))
+        del kept
+        small = jax.device_put(np.ones(limit * 35 // 100 // 4, np.float32), ipu)
+        other = jax.device_put(np.ones(limit * 6 // 10 // 4, np.float32), ipu)  # 0.95 in use
+        third = small.shape[0] // 3
+        pair = jax.jit(lambda a: (a + 1, a[:third] * 2), donate_argnums=0)
+        attempt("pair", pair, small)  # 0.35 freed by the donation, 0.47 asked: the program fits
+        print("small", float(small[0]), small.is_deleted())
+    """, env={"JAX_IPU_MODEL_NUM_TILES": "8"})
+    limit = 8 * 638976
+    held, small = limit * 6 // 10 // 4 * 4, limit * 35 // 100 // 4 * 4
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    for name, asked in (("zeros", limit // 2 * 4), ("second", held),
+                        ("pair", small + small // 4 // 3 * 4)):
+        refusal = lines[name]
+        assert refusal.startswith(("0 JaxRuntimeError ", "0 ValueError ")), refusal  # no leak
+        assert "RESOURCE_EXHAUSTED" in refusal and f"({asked} bytes)" in refusal
+        assert f"holds {limit} bytes" in refusal and "donate_argnums" in refusal
+    in_use = small + held
+    assert f"{in_use} are in use, of which {small} are freed by donated inputs" in lines["pair"]
+    assert lines["donated"] == f"{held} 2.0"
+    assert lines["small"] == "1.0 False"  # a refused call consumed nothing
+
+
+def test_execution_outputs_count_against_the_memory_kind_they_land_in():
+    """Outputs in Streaming Memory (pinned_host) count against its capacity, not the tiles':
+    three outputs of 0.6 of the tile memory each run; one more such output on the tiles, with
+    one already there, is refused."""
+    proc = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import SingleDeviceSharding
+        ipu = jax.devices("ipu")[0]
+        limit = ipu.memory_stats()["bytes_limit"]
+        n = limit * 6 // 10 // 4
+        pinned = SingleDeviceSharding(ipu, memory_kind="pinned_host")
+        to_pinned = jax.jit(lambda v: jnp.full(n, v, jnp.float32), out_shardings=pinned)
+        kept = [to_pinned(float(i)) for i in range(3)]
+        stats = ipu.memory_stats()
+        print("pinned", stats["bytes_in_use"], stats["bytes_reserved"],
+              [float(k[0]) for k in kept], kept[2].sharding.memory_kind)
+        on_tiles = jax.jit(lambda v: jnp.full(n, v, jnp.float32))
+        first = on_tiles(1.0)
+        try:
+            on_tiles(2.0).block_until_ready()
+            print("second ACCEPTED")
+        except Exception as e:
+            print("second", type(e).__name__, e)
+    """, env={"JAX_IPU_MODEL_NUM_TILES": "8"})
+    limit = 8 * 638976
+    nbytes = limit * 6 // 10 // 4 * 4
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["pinned"] == f"0 {3 * nbytes} [0.0, 1.0, 2.0] pinned_host"
+    refusal = lines["second"]
+    assert "RESOURCE_EXHAUSTED" in refusal and f"({nbytes} bytes)" in refusal
+    # in use: the first output and the refused call's own argument (float32 v)
+    assert f"its tile memory holds {limit} bytes" in refusal
+    assert f"{nbytes + 4} are in use" in refusal
+
+
 def test_device_put_makes_no_host_copy_of_the_array():
     ipu = jax.devices("ipu")[0]
     host = np.random.default_rng(0).standard_normal(4 << 20).astype(np.float32)  # 16 MiB
@@ -162,3 +282,69 @@ def test_arguments_donated_to_a_failed_call_are_reported_deleted(platform):
         step(w)
     with pytest.raises(RuntimeError, match="deleted"):
         np.asarray(w + 1)
+
+
+# What XLA:CPU says when a buffer another thread donated reaches its Execute; jaxlib raises it as a
+# ValueError (from jax's dispatch) or a JaxRuntimeError, with the code in front.
+DONATED_ELSEWHERE = ("INVALID_ARGUMENT: Invalid buffer passed to Execute() as argument 0 to "
+                     "replica 0: INVALID_ARGUMENT: Buffer has been deleted or donated.")
+
+
+@pytest.mark.parametrize("error", [ValueError, jax.errors.JaxRuntimeError])
+def test_a_jaxlib_error_becomes_one_code_and_its_message(error):
+    code, message = slots.status_of(error(DONATED_ELSEWHERE))
+    assert code == abi.CODE["INVALID_ARGUMENT"]
+    assert message == DONATED_ELSEWHERE.removeprefix("INVALID_ARGUMENT: ")
+
+
+def test_an_array_donated_by_another_thread_reads_one_code():
+    ipu = jax.devices("ipu")[0]
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    use = jax.jit(lambda a: a + 1)
+    shared = [jax.device_put(np.ones(1 << 14, np.float32), ipu)]
+    errors, done = [], threading.Event()
+
+    def reader():
+        while not done.is_set():
+            try:
+                use(shared[0]).block_until_ready()
+            except ValueError as e:  # the array was donated before or during this call
+                errors.append(str(e))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(500):
+        shared[0] = jax.device_put(np.ones(1 << 14, np.float32), ipu)
+        donate(shared[0])
+    done.set()
+    thread.join()
+    assert errors  # the reader met donated arrays
+    assert all(e.startswith("INVALID_ARGUMENT: ") for e in errors)
+    assert not [e for e in errors if e.startswith("INVALID_ARGUMENT: INVALID_ARGUMENT")]
+
+
+@pytest.mark.parametrize("name", [d.name for d in dtypes.TABLE if d.name != "token"])
+def test_every_dtype_reads_back_as_on_cpu(name):
+    # The IPU Model's memory is host memory, read in place; sub-byte types, which XLA:CPU packs
+    # two or four to a byte, are unpacked on the way.
+    dtype = dtypes.numpy_dtype(name)
+    values = np.arange(-3, 12).reshape(3, 5) % 4 if name.startswith("u") or name == "bool" \
+        else np.arange(-3, 12).reshape(3, 5) % 7 - 3
+    host = values.astype(dtype)
+    on_ipu = np.asarray(jax.device_put(host, jax.devices("ipu")[0]))
+    on_cpu = np.asarray(jax.device_put(host, jax.devices("cpu")[0]))
+    assert on_ipu.dtype == on_cpu.dtype and on_ipu.shape == on_cpu.shape
+    assert on_ipu.tobytes() == on_cpu.tobytes()
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_a_numpy_view_outlives_donation_and_delete(platform):
+    device = jax.devices(platform)[0]
+    x = jax.device_put(np.arange(4, dtype=np.float32), device) + 0
+    view = np.asarray(x)
+    assert not view.flags.writeable
+    out = jax.jit(lambda a: a * 10, donate_argnums=0)(x)  # x is read in place: donated a copy
+    np.testing.assert_array_equal(np.asarray(out), [0, 10, 20, 30])
+    assert not x.is_deleted()
+    x.delete()
+    np.testing.assert_array_equal(view, [0, 1, 2, 3])

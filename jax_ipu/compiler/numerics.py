@@ -13,7 +13,7 @@ from jaxlib.mlir import ir
 
 from jax_ipu import _internals
 from jax_ipu.compiler import lowering
-from jax_ipu.compiler.program import parse
+from jax_ipu.compiler.program import lent_context, parse
 from jax_ipu.errors import IpuCompileError, IpuError
 from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
@@ -36,17 +36,15 @@ def device_assignment(options: Any) -> np.ndarray:
 
 
 def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
-          assignment: np.ndarray, cpu_device_of: Mapping[int, Any],
-          rewritten: bool = False) -> Any:
+          assignment: np.ndarray, cpu_device_of: Mapping[int, Any]) -> Any:
     """Compile the program for the CPU devices that hold the data of the IPU devices it runs on.
 
-    `code` is the program jax sent and `module` the same program parsed (`rewritten` when the
-    compiler changed it since); `cpu_device_of` maps an IPU device id to its CPU device."""
+    `code` is the program jax sent and `module` the same program parsed, which XLA:CPU compiles
+    (sooner than it would read `code` again) once the model has read it and the compiler
+    rewrote it (stamp_cycle_counts): its host callbacks are renumbered here. `cpu_device_of`
+    maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
-    callbacks = _host_callbacks(module) if _calls_host(code) else []
-    if not callbacks and not rewritten:
-        return cpu_client.compile_and_load(code, devices, options)
-    # jaxlib takes callables only together with a parsed module, not with bytes.
+    callbacks = _host_callbacks(module) if calls_host(code) else []
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
 
 
@@ -64,7 +62,12 @@ def with_entry_layouts(code: bytes, parameters: list[Layout], results: list[Layo
     jaxlib reads a plugin's executable layouts from the program it answers for
     Executable_OptimizedProgram; without these attributes its StableHLO-to-HLO conversion
     invents them (a transpose's result came out column-major)."""
-    module = parse(code)
+    with lent_context(len(code)) as context:
+        return _with_entry_layouts(parse(code, context), parameters, results)
+
+
+def _with_entry_layouts(module: ir.Module, parameters: list[Layout], results: list[Layout]
+                        ) -> bytes:
     with module.context, ir.Location.unknown(module.context):
         _drop_sharding_constraints(module)
         index = ir.IndexType.get()
@@ -186,5 +189,6 @@ def _walk(operations: Any) -> Iterator[Any]:
                 yield from _walk(block.operations)
 
 
-def _calls_host(code: bytes) -> bool:
+def calls_host(code: bytes) -> bool:
+    """Whether the program (as jax sent it) calls back into the host."""
     return any(name.encode() in code for name in lowering.HOST_CALLBACK_TARGETS)

@@ -4,9 +4,12 @@ Uses jaxlib's own MLIR bindings; func.call callees and composites' decomposition
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
 from collections import ChainMap
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -61,17 +64,48 @@ _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 def _context() -> ir.Context:
     ctx = ir.Context()
     # func, arith and the other upstream dialects JAX itself registers, for MLIR text input.
+    # Every dialect loads when a program first uses it: loading them all up front cost most of
+    # a small program's read.
     registry = ir.DialectRegistry()
     _internals.register_mlir_dialects(registry)
     ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    sdy.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
+    stablehlo.register_dialect(ctx, load=False)
+    chlo.register_dialect(ctx, load=False)
+    sdy.register_dialect(ctx, load=False)
+    mhlo.register_mhlo_dialect(ctx, load=False)
     # Modules may carry dialects we do not register (e.g. mhlo attributes): keep them opaque.
     ctx.allow_unregistered_dialects = True
     return ctx
+
+
+class _Lent:
+    """A context a compile borrows, with the bytes of programs it has read so far."""
+
+    def __init__(self) -> None:
+        self.context = _context()
+        self.read = 0
+
+
+# Contexts free to lend. A compile reuses one (its dialects load once, not per program), alone
+# while it holds it: XLA:CPU compiles the module in it without the GIL. A context keeps every
+# type and constant it has read, so it retires after _RETIRE_BYTES of programs.
+_FREE: list[_Lent] = []
+_FREE_LOCK = threading.Lock()
+_RETIRE_BYTES = 64 << 20
+
+
+@contextlib.contextmanager
+def lent_context(nbytes: int) -> Iterator[ir.Context]:
+    """An MLIR context for one compile of a program of `nbytes`, reused by later compiles."""
+    with _FREE_LOCK:
+        lent = _FREE.pop() if _FREE else _Lent()
+    try:
+        yield lent.context
+    finally:
+        lent.read += nbytes
+        if lent.read < _RETIRE_BYTES:
+            with _FREE_LOCK:
+                _FREE.append(lent)
 
 
 def _parse_module(code: bytes | str, ctx: ir.Context) -> ir.Module:
@@ -394,10 +428,11 @@ def _tile_composite(op: ir.Operation) -> bool:
     return ir.StringAttr(op.attributes["name"]).value.startswith(TILE_COMPOSITE_PREFIX)
 
 
-def parse(code: bytes | str) -> ir.Module:
+def parse(code: bytes | str, ctx: ir.Context | None = None) -> ir.Module:
     """The StableHLO module PJRT's Client_Compile received (portable artifact, bytecode or text),
-    parsed once in a context of its own; IpuCompileError when it cannot be read."""
-    ctx = _context()
+    parsed once in `ctx` (a lent_context()), else in a context of its own; IpuCompileError when
+    it cannot be read."""
+    ctx = ctx or _context()
     with ctx, ir.Location.unknown(ctx):
         try:
             return _parse_module(code, ctx)

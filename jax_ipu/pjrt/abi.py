@@ -179,7 +179,7 @@ ExecutableDeserializeAndLoad = _struct(
     "PJRT_Executable_DeserializeAndLoad_Args",
     "client:ptr serialized_executable:ptr serialized_executable_size:size "
     "loaded_executable:ptr overridden_serialized_compile_options:ptr "
-    "overridden_serialized_compile_options_size:size",
+    "overridden_serialized_compile_options_size:size load_options:ptr",
 )
 
 LoadedGetExecutable = _struct(
@@ -206,7 +206,6 @@ BufferLayoutTiled = _struct(
     "PJRT_Buffer_MemoryLayout_Tiled",
     "minor_to_major:ptr minor_to_major_size:size tile_dims:ptr tile_dim_sizes:ptr num_tiles:size",
 )
-LAYOUT_TILED, LAYOUT_STRIDES = 0, 1
 
 
 class _LayoutUnion(ctypes.Union):
@@ -228,12 +227,7 @@ ExecutableShardings = _struct(
     "executable:ptr num_outputs:size shardings:ptr sharding_sizes:ptr",
 )
 
-# Structs the C table serves; listed so the ABI self-test covers the whole surface.
-ExecuteOptions = _struct(
-    "PJRT_ExecuteOptions",
-    "send_callbacks:ptr recv_callbacks:ptr num_send_ops:size num_recv_ops:size launch_id:i32 "
-    "non_donatable_input_indices:ptr num_non_donatable_input_indices:size",
-)
+# Args of slots the C table serves; the ABI self-test checks them against jaxlib's sizes.
 LoadedExecute = _struct(
     "PJRT_LoadedExecutable_Execute_Args",
     "executable:ptr options:ptr argument_lists:ptr num_devices:size num_args:size "

@@ -5,6 +5,7 @@ Runtime errors become PJRT errors with their code; a slot with no handler answer
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import math
@@ -12,16 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from jax.errors import JaxRuntimeError
 
 from jax_ipu import _internals, dtypes
-from jax_ipu.errors import (
-    IpuCompileError,
-    IpuConfigError,
-    IpuError,
-    IpuOutOfMemoryError,
-    from_host_callback,
-)
+from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError, from_host_callback
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
@@ -29,6 +23,7 @@ from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice
 from jax_ipu.runtime.executable import IpuExecutable
 from jax_ipu.runtime.memory import IpuMemory
+from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)
 
@@ -57,22 +52,25 @@ def _error(code: str, message: str) -> int:
 
 
 def status_of(exc: BaseException) -> tuple[int, str]:
-    """The PJRT error code and message a Python exception becomes."""
+    """The PJRT error code and message a Python exception becomes.
+
+    jaxlib's own errors (XLA:CPU's statuses, raised as JaxRuntimeError, ValueError and others)
+    start with their code, "INVALID_ARGUMENT: ...": the code is kept and the prefix dropped, as
+    jaxlib writes the code again in front of the message it raises. A jax_ipu error a host
+    callback raised while the program ran becomes what it would have been raised directly."""
     if isinstance(exc, IpuOutOfMemoryError):
         return abi.CODE["RESOURCE_EXHAUSTED"], str(exc)
-    if isinstance(exc, (IpuCompileError, IpuConfigError, ValueError, TypeError)):
+    if not isinstance(exc, IpuError):
+        code, separator, message = str(exc).partition(": ")
+        if separator and code in abi.CODE:
+            raised = from_host_callback(message)  # ours, from a host callback: its words first
+            return status_of(raised) if raised is not None else (abi.CODE[code], message)
+    if isinstance(exc, (IpuCompileError, ValueError, TypeError)):
         return abi.CODE["INVALID_ARGUMENT"], str(exc)
     if isinstance(exc, NotImplementedError):
         return abi.CODE["UNIMPLEMENTED"], str(exc)
     if isinstance(exc, IpuError):
         return abi.CODE["FAILED_PRECONDITION"], str(exc)
-    if isinstance(exc, JaxRuntimeError):  # from the XLA:CPU numerics: keep its code and words
-        code, _, message = str(exc).partition(": ")
-        raised = from_host_callback(message)  # ours, from a host callback: its words first
-        if raised is not None:
-            return status_of(raised)
-        if code in abi.CODE:
-            return abi.CODE[code], message
     logger.error("jax_ipu: internal error", exc_info=exc)
     return abi.CODE["INTERNAL"], f"jax_ipu internal error: {type(exc).__name__}: {exc}"
 
@@ -189,10 +187,12 @@ def client_create(args: Any) -> None:
     client = IpuClient(Settings.from_config(), cluster)
     for device in client.devices:
         for memory in device.memories.values():
-            memory.handle = _table.new_handle(memory, kind=memory.kind.encode(),
-                                              kind_id=memory.kind_id,
-                                              stats=memory.stats_counters)
-        device.handle = _table.new_handle(device, memory=device.memory.handle)
+            limit = -1 if memory.bytes_limit is None else memory.bytes_limit  # -1: none
+            memory.handle = _table.new_memory(memory, memory.kind.encode(), memory.kind_id,
+                                              memory.stats_counters, limit)
+        # its memories, the default (tile memory) first as in memories_of
+        device.handle = _table.new_device(device, [m.handle for m in device.memories.values()],
+                                          device.clock, client.fetched(device))
     client.handle = _table.new_handle(client)
     args.client = _table.give(client.handle)
 
@@ -272,14 +272,13 @@ def client_compile(args: Any) -> None:
     code = ctypes.string_at(program.code, program.code_size)
     options = ctypes.string_at(args.compile_options, args.compile_options_size)
     executable = client.compile(code, options)
-    args.executable = _table.give(_table.new_executable(executable, executable))
+    args.executable = _table.give(_table.new_executable(executable, executable.plan))
 
 
 @slot("Client_BufferFromHostBuffer", abi.ClientBufferFromHostBuffer)
 def client_buffer_from_host(args: Any) -> None:
     client = _obj(args.client)
     memory: IpuMemory = _obj(args.memory) if args.memory else _obj(args.device).memory
-    device = memory.device
     kind = dtypes.BY_PJRT.get(args.type)
     if kind is None:
         raise IpuError(f"jax_ipu cannot hold arrays of PJRT element type {args.type}.")
@@ -288,8 +287,8 @@ def client_buffer_from_host(args: Any) -> None:
         else ()
     host = _host_view(args.data, dtype, dims, args.byte_strides, args.num_byte_strides)
     array = client.put(host, memory)
-    args.buffer = _table.give(_table.new_buffer(array, device.handle, memory.handle, args.type,
-                                                dims, host.nbytes))
+    args.buffer = _table.give(_table.new_buffer(array, memory.handle, args.type, dims,
+                                                host.nbytes, memory.read_advance(host.nbytes)))
     args.done_with_host_buffer = _table.READY_EVENT
 
 
@@ -408,7 +407,7 @@ def device_memory_stats(args: Any) -> None:
 
 @slot("Device_ClearMemoryStats", abi.DeviceClearMemoryStats)
 def device_clear_memory_stats(args: Any) -> None:
-    _obj(args.device).reset_peak()
+    _obj(args.device).reset_peak()  # every memory kind's peak
 
 
 # ---- memories ----
@@ -524,8 +523,8 @@ def executable_optimized_program(args: Any) -> None:
     exe = _obj(args.executable)
     program = abi.Program.from_address(args.program)
     # jaxlib asks twice (size, then bytes) and reads the executable's layouts from it.
-    code = _keep(exe, "optimized", exe.optimized_program)
-    program.format, program.format_size = _string(None, "mlir")
+    kind, code = _keep(exe, "optimized", exe.optimized_program)
+    program.format, program.format_size = _string(None, kind)
     if program.code:
         ctypes.memmove(program.code, code, min(len(code), program.code_size))
     program.code_size = len(code)
@@ -569,7 +568,7 @@ def executable_deserialize_and_load(args: Any) -> None:
                                args.overridden_serialized_compile_options_size) \
         if args.overridden_serialized_compile_options else None
     executable = client.deserialize(data, options)
-    args.loaded_executable = _table.give(_table.new_executable(executable, executable))
+    args.loaded_executable = _table.give(_table.new_executable(executable, executable.plan))
 
 
 @slot("Shardings_OutputShardings", abi.ExecutableShardings)
@@ -617,35 +616,11 @@ def loaded_device_assignment(args: Any) -> None:
     args.serialized, args.deleter = 0, _table.NOOP_DELETER
 
 
-# ---- buffers (their state is the C handle's; deletion and metadata are served in C) ----
+# ---- buffers (their state is the C handle's; deletion, metadata and reads are served in C) ----
 def _live_array(handle: Any) -> Any:
     if handle.deleted:
         raise ValueError("Array has been deleted (it was donated to a call, or deleted).")
     return handle.obj
-
-
-@slot("Buffer_ToHostBuffer", abi.BufferToHost)
-def buffer_to_host(args: Any) -> None:
-    handle = _table.deref(args.src)
-    if args.host_layout:
-        layout = abi.BufferMemoryLayout.from_address(args.host_layout)
-        tiled = layout.layout.tiled
-        order = list((ctypes.c_int64 * tiled.minor_to_major_size).from_address(
-            tiled.minor_to_major)) if tiled.minor_to_major_size else []
-        if layout.type != abi.LAYOUT_TILED or order != list(range(len(handle.dims)))[::-1]:
-            raise NotImplementedError("jax_ipu copies to the host in row-major layout only.")
-    if not args.dst:
-        args.dst_size = handle.nbytes
-        return
-    if args.dst_size < handle.nbytes:
-        raise ValueError(f"host buffer of {args.dst_size} bytes is too small for "
-                         f"{handle.nbytes} bytes")
-    array = _live_array(handle)
-    memory: IpuMemory = handle.memory
-    out = np.frombuffer(_table.memory(args.dst, handle.nbytes, True), np.dtype(array.dtype)
-                        ).reshape(array.shape)
-    memory.device.client.fetch(array, memory, out)
-    args.event = _table.READY_EVENT
 
 
 @slot("Buffer_UnsafePointer", abi.BufferUnsafePointer)
@@ -658,9 +633,9 @@ def _copy(args: Any, dest: IpuMemory) -> None:
     handle = _table.deref(args.buffer)
     source: IpuMemory = handle.memory
     array = source.device.client.copy(_live_array(handle), source, dest)
-    args.dst_buffer = _table.give(_table.new_buffer(array, dest.device.handle, dest.handle,
-                                                    handle.element_type, handle.dims,
-                                                    handle.nbytes))
+    args.dst_buffer = _table.give(_table.new_buffer(
+        array, dest.handle, handle.element_type, handle.dims, handle.nbytes,
+        dest.read_advance(handle.nbytes)))
 
 
 @slot("Buffer_CopyToDevice", abi.BufferCopyTo)
@@ -687,5 +662,20 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     (a plugin.DistributedState, or None)."""
     global _distributed_state
     _distributed_state = distributed_state
-    _table.install(dispatch, _error_for, Waiter(status_of).wait_for)
+    check_plan_type(ExecutePlan)
+    sub_byte = [d.pjrt for d in dtypes.TABLE if 0 < d.bits < 8]
+    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte)
     return _table.capsule()
+
+
+def check_plan_type(plan_type: type) -> None:
+    """Refuse to start when the plan type's fields are not those the C table reads (a field
+    renamed or removed on one side only): ImportError naming the differences."""
+    declared = {f.name for f in dataclasses.fields(plan_type)}
+    read = set(_table.plan_fields())
+    if declared != read:
+        raise ImportError(
+            f"jax_ipu's C table and {plan_type.__name__} disagree: C reads "
+            f"{sorted(read - declared)} which the type lacks, and the type declares "
+            f"{sorted(declared - read)} which C does not read. Rebuild the extension (pip "
+            "install -e .) after changing either, and change both together.")

@@ -31,9 +31,10 @@ class Waiter:
         # would terminate the process.
         atexit.register(self.stop)
 
-    def wait_for(self, event: Any, waitable: Any) -> None:
-        """Resolve `event` once `waitable` (an output array or XLA:CPU token) is ready."""
-        self._queue.put((event, waitable))
+    def wait_for(self, event: Any, waitables: tuple[Any, ...]) -> None:
+        """Resolve `event` once the execution that made `waitables` (its XLA:CPU token, or one
+        device's output arrays) has finished."""
+        self._queue.put((event, waitables))
 
     def stop(self) -> None:
         """Finish the executions under way, then end the thread."""
@@ -46,11 +47,24 @@ class Waiter:
             item = self._queue.get()
             if item is _STOP:
                 return
-            event, waitable = item
+            event, waitables = item
             code, message = 0, ""
-            try:
-                waitable.block_until_ready()  # jaxlib waits without the GIL
-            except BaseException as exc:  # noqa: BLE001 - the execution's error goes to readers
-                code, message = self._status_of(exc)
-            del waitable, item
+            for waitable in waitables:
+                try:
+                    waitable.block_until_ready()  # jaxlib waits without the GIL
+                    break
+                except BaseException as exc:  # noqa: BLE001 - the execution's error goes to readers
+                    if _donated(waitable):
+                        continue  # a later call has it; another output tells the same
+                    code, message = self._status_of(exc)
+                    break
+            # Every output donated before it was waited for: the calls they went to carry any
+            # error of this one.
+            del waitable, waitables, item
             _table.resolve(event, code, message)
+
+
+def _donated(waitable: Any) -> bool:
+    """Whether an output array was handed to a later call (donated) or deleted."""
+    is_deleted = getattr(waitable, "is_deleted", None)
+    return is_deleted is not None and is_deleted()

@@ -18,8 +18,8 @@ import numpy as np
 
 from jax_ipu import _internals, compiler, config, profile
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
-from jax_ipu.model import TO_DEVICE, TO_HOST, engine_run_cycles, host_transfer
-from jax_ipu.model.streaming import DEVICE, UNPINNED_HOST, move
+from jax_ipu.model import TO_DEVICE
+from jax_ipu.model.streaming import UNPINNED_HOST, move
 from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
@@ -207,13 +207,14 @@ class IpuClient:
     def put(self, host: np.ndarray, memory: IpuMemory) -> Any:
         """Host -> a device's memory: a CPU array with a copy of `host`, which may be a view of
         memory the caller reuses once this returns. Refused when that memory cannot hold it."""
-        _check_room(memory, host.nbytes, f"{host.dtype.name}{list(host.shape)}")
+        _check_room(memory, host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}")
         start = time.perf_counter() if self.profiler else 0.0
         array = self._place(host, memory)
         if memory.kind != UNPINNED_HOST:  # host memory is the host's own: nothing moves
-            cycles = _charge(memory.device, host.nbytes, TO_DEVICE)
+            device = memory.device
+            cycles = device.charge(memory.transfer_advance(host.nbytes, TO_DEVICE))
             if self.profiler:
-                self.profiler.transferred("host_to_device", host.nbytes, memory.device, start,
+                self.profiler.transferred("host_to_device", host.nbytes, device, start,
                                           time.perf_counter(), cycles)
         return array
 
@@ -225,27 +226,34 @@ class IpuClient:
             aval, self._shardings[device.id, memory.kind], [host], [device.cpu_device], True,
             True, _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
 
-    def fetch(self, array: Any, memory: IpuMemory, out: np.ndarray) -> None:
-        """A device's memory -> host: write the values of `array` (a CPU array there) into
-        `out`."""
-        start = time.perf_counter() if self.profiler else 0.0
-        np.copyto(out, np.asarray(array), casting="no")
-        if memory.kind != UNPINNED_HOST:
-            cycles = _charge(memory.device, out.nbytes, TO_HOST)
-            if self.profiler:
-                self.profiler.transferred("device_to_host", out.nbytes, memory.device, start,
-                                          time.perf_counter(), cycles)
+    def fetched(self, device: IpuDevice) -> Any:
+        """What the PJRT layer calls after it read a buffer of `device` back to the host over
+        the host link (it charges the device's clock itself, by the memory's read_advance):
+        fetched(nbytes, start_s, end_s, cycles), or None when nothing is profiled."""
+        if not self.profiler:
+            return None
+        profiler = self.profiler
+
+        def fetched(nbytes: int, start: float, end: float, cycles: int) -> None:
+            profiler.transferred("device_to_host", nbytes, device, start, end, cycles)
+
+        return fetched
 
     def copy(self, array: Any, source: IpuMemory, dest: IpuMemory) -> Any:
         """One memory -> another: between the kinds of one device, a move the model charges
         (over the gateway for Streaming Memory, the host link for host memory); to another
         device, through the host in this model (over IPU-Links on hardware)."""
-        host = np.empty(array.shape, array.dtype)
         if source.device is not dest.device:
-            self.fetch(array, source, host)
+            start = time.perf_counter() if self.profiler else 0.0
+            host = np.asarray(array)
+            if source.kind != UNPINNED_HOST:
+                cycles = source.device.charge(source.read_advance(host.nbytes))
+                if self.profiler:
+                    self.profiler.transferred("device_to_host", host.nbytes, source.device,
+                                              start, time.perf_counter(), cycles)
             return self.put(host, dest)
-        _check_room(dest, host.nbytes, f"{host.dtype.name}{list(host.shape)}")
-        np.copyto(host, np.asarray(array), casting="no")
+        host = np.asarray(array)
+        _check_room(dest, host.nbytes, f"a copy of {host.dtype.name}{list(host.shape)}")
         moved = move(host.nbytes, source.kind, dest.kind, dest.device.target)
         dest.device.advance("streaming_setup", moved.setup_cycles)
         dest.device.advance("streaming", moved.transfer_cycles)
@@ -253,44 +261,12 @@ class IpuClient:
 
 
 def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:
-    """Refuse, naming the memory and the fixes, an array its memory cannot hold."""
+    """Refuse, naming the memory, the figures and the fixes, an array its memory cannot hold."""
     free = memory.bytes_free
-    if free is None or nbytes <= free:
-        return
-    device, limit = memory.device, memory.bytes_limit
-    if memory.kind == DEVICE:
-        holds = (f"its tile memory holds {limit} bytes ({device.target.num_tiles} tiles x "
-                 f"{device.target.bytes_per_tile})")
-        fixes = ("Keep the array on the host (or on cpu), put it in Streaming Memory "
-                 "(memory_kind='pinned_host'), shard it over several IPUs, or delete arrays you "
-                 "no longer need.")
-    else:
-        holds = (f"an {device.target.version} has no {memory.description} (memory kind "
-                 f"{memory.kind}): a C2 PCIe card has none" if limit == 0 else
-                 f"its {memory.description} (memory kind {memory.kind}) holds {limit} bytes, "
-                 f"its share of its {device.target.version} machine's")
-        fixes = ("Keep the array in host memory (memory_kind='unpinned_host') or on cpu, shard "
-                 "it over several IPUs, or delete arrays you no longer need.")
-    raise IpuOutOfMemoryError(
-        f"Cannot transfer {nbytes} bytes ({what}) to {device!r}: {holds} and {limit - free} are "
-        f"in use. {fixes}")
+    if free is not None and nbytes > free:
+        raise IpuOutOfMemoryError(memory.shortfall(nbytes, what))
 
 
 @functools.lru_cache(maxsize=1024)
 def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return jax.core.ShapedArray(shape, dtype)
-
-
-_LINK_FIELD = {TO_DEVICE: "host_to_device", TO_HOST: "device_to_host"}
-
-
-def _charge(device: IpuDevice, nbytes: int, direction: str) -> int:
-    """Advance the model clock by one stream copy between host and device, and for a read of
-    an array kept on the device the run of the program that streams it back; its cycles."""
-    transfer = host_transfer(nbytes, device.target, direction)
-    device.advance("stream_setup", transfer.setup_cycles)
-    device.advance(_LINK_FIELD[direction], transfer.link_cycles)
-    device.advance("host_staging", transfer.staging_cycles)
-    run = engine_run_cycles(device.target) if direction == TO_HOST and nbytes > 0 else 0
-    device.advance("read_back_run", run)
-    return transfer.total + run

@@ -3,10 +3,12 @@ memory.py) and the model clock, an int64 array that the PJRT layer updates in pl
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
+from jax_ipu.model import TO_DEVICE, TO_HOST, engine_run_cycles, host_transfer
 from jax_ipu.model.streaming import DEVICE, PINNED_HOST
 from jax_ipu.model.targets import Target
 from jax_ipu.runtime.memory import IpuMemory, MemoryStats, memories_of
@@ -21,6 +23,8 @@ from jax_ipu.runtime.memory import IpuMemory, MemoryStats, memories_of
 CLOCK_FIELDS = ("compute", "exchange", "sync", "host_exchange", "call", "stream_setup",
                 "host_to_device", "device_to_host", "host_staging", "streaming_setup",
                 "streaming", "read_back_run")
+# The clock field of each direction's bytes over the host link.
+_LINK_FIELD = {TO_DEVICE: "host_to_device", TO_HOST: "device_to_host"}
 
 
 class IpuDevice:
@@ -65,6 +69,17 @@ class IpuDevice:
         """Move the model clock on by `cycles` spent on `field` (one of CLOCK_FIELDS)."""
         self.clock[CLOCK_FIELDS.index(field)] += cycles
 
+    def transfer_advance(self, nbytes: int, direction: str) -> np.ndarray:
+        """What one stream copy of `nbytes` in `direction` (model.TO_DEVICE or TO_HOST) adds
+        to this device's clock, by CLOCK_FIELDS (read-only). Which copies are stream copies is
+        each memory's to say (IpuMemory.transfer_advance)."""
+        return _transfer_advance(self.target, nbytes, direction)
+
+    def charge(self, advance: np.ndarray) -> int:
+        """Move the clock on by `advance` (by CLOCK_FIELDS); the cycles it adds."""
+        self.clock += advance
+        return int(advance.sum())
+
     @property
     def cycles(self) -> int:
         return int(self.clock.sum())
@@ -90,3 +105,16 @@ class IpuDevice:
     def __repr__(self) -> str:
         target = self.target
         return f"IpuDevice(id={self.id}, num_tiles={target.num_tiles}, version={target.version})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _transfer_advance(target: Target, nbytes: int, direction: str) -> np.ndarray:
+    transfer = host_transfer(nbytes, target, direction)
+    advance = np.zeros(len(CLOCK_FIELDS), np.int64)
+    advance[CLOCK_FIELDS.index("stream_setup")] = transfer.setup_cycles
+    advance[CLOCK_FIELDS.index(_LINK_FIELD[direction])] = transfer.link_cycles
+    advance[CLOCK_FIELDS.index("host_staging")] = transfer.staging_cycles
+    if direction == TO_HOST and nbytes > 0:  # a read streams back through a program of its own
+        advance[CLOCK_FIELDS.index("read_back_run")] = engine_run_cycles(target)
+    advance.flags.writeable = False  # shared by every buffer of this size
+    return advance

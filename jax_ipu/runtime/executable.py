@@ -1,6 +1,7 @@
 """A compiled IPU program on its devices: the model's report, its XLA:CPU numerics, and its plan.
 
-The plan (the attributes the PJRT layer reads once) says how Execute runs it; execution is C's."""
+The plan (runtime/plan.py, read once by the PJRT layer) says how Execute runs it; execution is
+C's."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
 from jax_ipu import _internals
-from jax_ipu.compiler import Compiled, numerics
+from jax_ipu.compiler import Compiled, hlo, numerics
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.profile import Profiler
 from jax_ipu.runtime.device import CLOCK_FIELDS, IpuDevice
+from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)
 
@@ -76,31 +78,13 @@ class IpuExecutable:
     def cpu_executable(self) -> Any:
         return self.compiled.cpu_executable
 
-    # ---- the plan the PJRT layer reads once (see pjrt/csrc/executable.c) ----
-    @property
-    def direct(self) -> bool:
-        """Whether run(*args) returns the outputs: one device in all (not one of several
-        processes'), outputs to watch, no tokens."""
-        return (len(self.devices) == 1 and bool(self.outputs) and not self.with_token
-                and "token" not in {t.dtype for t in (*self.program.inputs, *self.outputs)})
-
-    @functools.cached_property
-    def run(self) -> Any:
-        """How XLA:CPU runs the program: jax's own C++ dispatch over the executable (direct),
-        which makes output arrays from cached avals and shardings, else execute_sharded."""
-        if not self.direct:
-            return self.cpu_executable.execute_sharded
-        return _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
-                           self.parameter_kinds, self.outputs, self.output_kinds)
-
     @property
     def num_args(self) -> int:
         return len(self.program.inputs)
 
     @property
-    def donated(self) -> tuple[int, ...]:
-        """Arguments the program aliases or takes as donors: XLA:CPU consumes them."""
-        return tuple(sorted(set(self.program.aliases) | set(self.program.donated_inputs)))
+    def num_outputs(self) -> int:
+        return len(self.outputs)
 
     @property
     def output_types(self) -> tuple[int, ...]:
@@ -109,14 +93,6 @@ class IpuExecutable:
     @property
     def output_dims(self) -> tuple[tuple[int, ...], ...]:
         return tuple(o.dims for o in self.outputs)
-
-    @property
-    def output_nbytes(self) -> tuple[int, ...]:
-        return tuple(o.nbytes for o in self.outputs)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.outputs)
 
     # ---- memory kinds: where each argument and output lives ----
     @property
@@ -129,30 +105,6 @@ class IpuExecutable:
     def output_kinds(self) -> tuple[str, ...]:
         """The memory kind of each output, where XLA:CPU leaves it (what the program asked)."""
         return tuple(self.cpu_executable.get_output_memory_kinds()[0])
-
-    @property
-    def output_memories(self) -> list[list[Any]]:
-        """Per addressable device, per output: the PJRT handle of the memory it lands in."""
-        return [[d.memory_of(kind).handle for kind in self.output_kinds]
-                for d in self.addressable]
-
-    @property
-    def with_token(self) -> bool:
-        """Whether completion is read from XLA:CPU's token: several devices (all must finish),
-        or no outputs to watch."""
-        return len(self.addressable) > 1 or not self.outputs
-
-    @property
-    def refusal(self) -> str | None:
-        return NOT_FITTING.format(name=self.name) if self.report.memory.out_of_memory else None
-
-    @property
-    def device_handles(self) -> list[Any]:
-        return [d.handle for d in self.addressable]
-
-    @property
-    def clocks(self) -> list[np.ndarray]:
-        return [d.clock for d in self.addressable]
 
     @functools.cached_property
     def advance(self) -> np.ndarray:
@@ -168,8 +120,54 @@ class IpuExecutable:
         return int(self.advance.sum())
 
     @property
-    def after(self) -> Any:
-        return self._profile if self.profiler else None
+    def uses_tokens(self) -> bool:
+        """Whether an argument or output is a token (ordered effects)."""
+        return "token" in {t.dtype for t in (*self.program.inputs, *self.outputs)}
+
+    @property
+    def output_reordered(self) -> tuple[bool, ...]:
+        """Per output: laid out other than row-major (a user's Format, tiles), so that the host
+        must not read its bytes in place. XLA gives no layouts of a program with tokens, whose
+        outputs keep XLA:CPU's row-major defaults."""
+        if self.uses_tokens:
+            return (False,) * self.num_outputs
+        return tuple(not _row_major(layout) for layout in self.layouts[1])
+
+    @functools.cached_property
+    def plan(self) -> ExecutePlan:
+        """How Execute runs the program (read once by the PJRT layer, when it loads this)."""
+        # Several devices (all must finish), or no outputs to watch: completion is the token's.
+        with_token = len(self.addressable) > 1 or not self.outputs
+        # run(*args) returns the outputs: one device in all (not one of several processes').
+        direct = len(self.devices) == 1 and not with_token and not self.uses_tokens
+        # jax's own C++ dispatch over the executable (it makes output arrays from cached avals
+        # and shardings) when direct, else execute_sharded.
+        run = _dispatcher(self.name, self.cpu_executable, self.addressable[0].cpu_device,
+                          self.parameter_kinds, self.outputs, self.output_kinds) if direct \
+            else self.cpu_executable.execute_sharded
+        program = self.program
+        # Output k lands in memory kind output_kinds[k] of each device; reading it back costs
+        # what that kind's reads cost.
+        kinds = self.output_kinds
+        first = self.addressable[0]
+        return ExecutePlan(
+            name=self.name, num_replicas=self.num_replicas, num_partitions=self.num_partitions,
+            num_args=self.num_args,
+            donated=tuple(sorted(set(program.aliases) | set(program.donated_inputs))),
+            output_types=self.output_types, output_dims=self.output_dims,
+            output_nbytes=tuple(o.nbytes for o in self.outputs),
+            output_read_advance=tuple(first.memory_of(kind).read_advance(o.nbytes)
+                                      for o, kind in zip(self.outputs, kinds, strict=True)),
+            devices=tuple(d.handle for d in self.addressable),
+            output_reordered=self.output_reordered,
+            output_memories=tuple(tuple(d.memory_of(kind).handle for kind in kinds)
+                                  for d in self.addressable),
+            clocks=tuple(d.clock for d in self.addressable), advance=self.advance,
+            run=run, direct=direct, with_token=with_token,
+            assemble=self.assemble if len(self.addressable) > 1 else None,
+            after=self._profile if self.profiler else None,
+            refusal=NOT_FITTING.format(name=self.name) if self.report.memory.out_of_memory
+            else None)
 
     def _profile(self, start: float, end: float) -> None:
         for device in self.addressable:
@@ -202,16 +200,26 @@ class IpuExecutable:
         return [s.SerializeToString() for s in found]
 
     @functools.cached_property
-    def layouts(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-        """(parameters, outputs) minor-to-major layouts, as XLA:CPU compiled the program."""
+    def layouts(self) -> tuple[list[Any], list[Any]]:
+        """(parameters, outputs) layouts (jax Layouts), as XLA:CPU compiled the program."""
         return numerics.entry_layouts(self.cpu_executable)
 
-    def optimized_program(self) -> bytes:
-        """The program jax asks for (Executable_OptimizedProgram), with its entry layouts: of one
-        device, the StableHLO jax sent, which is what the model judged; of several, what one
-        device runs after XLA's SPMD partitioner (jaxlib cannot print the Shardy program)."""
-        code = self.code if len(self.devices) == 1 else self.partitioned_program()
-        return numerics.with_entry_layouts(code, *self.layouts)
+    def optimized_program(self) -> tuple[str, bytes]:
+        """What jax reads back as the compiled program (Executable_OptimizedProgram), with the
+        entry layouts XLA:CPU compiled it with: (PJRT program format, bytes).
+
+        Of one device, the program jax sent, which is what the model judged: as HLO when the
+        compile converted it (jaxlib reads that without an MLIR context of its own), else as
+        StableHLO. Of several, what one device runs after XLA's SPMD partitioner (jaxlib cannot
+        print the Shardy program)."""
+        if len(self.devices) > 1:
+            return "mlir", numerics.with_entry_layouts(self.partitioned_program(), *self.layouts)
+        if self.compiled.hlo_module is not None:
+            answer = hlo.hlo_with_config(self.compiled.hlo_module, self.cpu_executable,
+                                         self.num_replicas, self.num_partitions)
+            if answer is not None:
+                return "hlo_with_config", answer
+        return "mlir", numerics.with_entry_layouts(self.code, *self.layouts)
 
     def partitioned_program(self) -> bytes:
         """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
@@ -293,6 +301,12 @@ def _dispatcher(name: str, executable: Any, cpu_device: Any, input_kinds: Sequen
 
     return _internals.pjit(name, None, cache_miss, [], [], _internals.JitGlobalCppCacheKeys(),
                            _internals.dispatch_registry, _internals.cc_shard_arg)
+
+
+def _row_major(layout: Any) -> bool:
+    """Whether a jax Layout is the plain row-major order (no tiles) of every ipu buffer."""
+    order = layout.major_to_minor
+    return tuple(order) == tuple(range(len(order))) and not layout.tiling
 
 
 @functools.lru_cache(maxsize=64)

@@ -88,10 +88,22 @@ int event_is_ready(PJRT_Event *e) {
   pthread_mutex_unlock(&e->mu);
   return ready;
 }
-static void event_wait(PJRT_Event *e) {
+static void wait_ready(PJRT_Event *e) {
   pthread_mutex_lock(&e->mu);
   while (!e->ready) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
+}
+/* Waits until the event is ready, never holding the GIL: the waiter thread needs it to see
+   XLA:CPU finish. No Python runs meanwhile, so a Ctrl-C waits for the caller's next Python. */
+void event_wait(PJRT_Event *e) {
+  if (event_is_ready(e)) return;
+  if (!Py_IsFinalizing() && PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    wait_ready(e);
+    Py_END_ALLOW_THREADS
+  } else {
+    wait_ready(e);
+  }
 }
 
 PJRT_Error *c_Event_Destroy(void *args) {
@@ -114,16 +126,7 @@ PJRT_Error *c_Event_Error(void *args) {
 PJRT_Error *c_Event_Await(void *args) {
   EventArgs *a = args;
   SEEN(SLOT_Event_Await, a);
-  if (!event_is_ready(a->event)) {
-    /* The waiter thread needs the GIL to see XLA:CPU finish: never wait holding it. */
-    if (!Py_IsFinalizing() && PyGILState_Check()) {
-      Py_BEGIN_ALLOW_THREADS
-      event_wait(a->event);
-      Py_END_ALLOW_THREADS
-    } else {
-      event_wait(a->event);
-    }
-  }
+  event_wait(a->event);
   return event_error(a->event);
 }
 PJRT_Error *c_Event_OnReady(void *args) {

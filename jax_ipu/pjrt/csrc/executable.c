@@ -18,59 +18,129 @@ void plan_free(Plan *p) {
       Py_XDECREF((PyObject *)p->out_memories[d * p->num_outputs + k]);
   }
   for (size_t k = 0; k < p->num_outputs && p->out_dims; k++) free(p->out_dims[k]);
+  for (size_t k = 0; k < p->num_outputs && p->out_read; k++) Py_XDECREF(p->out_read[k].owner);
+  free(p->out_read);
+  free(p->out_reordered);
   free(p->donated); free(p->out_types); free(p->out_dims); free(p->out_ndims);
-  free(p->out_nbytes); free(p->devices); free(p->out_memories); free(p->clock_arrays);
-  free(p->clocks);
+  free(p->out_nbytes); free(p->devices); free(p->out_memories); free(p->out_in);
+  free(p->clock_arrays); free(p->clocks);
   free(p);
 }
 
-static int plan_attr(PyObject *plan, const char *name, PyObject **out, int optional) {
-  PyObject *v = PyObject_GetAttrString(plan, name);
-  if (v == NULL) return -1;
-  if (optional && v == Py_None) {
-    Py_DECREF(v);
-    v = NULL;
+/* The fields of runtime/plan.py's ExecutePlan, the one type C reads: by these names, once, when
+   an executable is loaded. The plugin checks this list against the type when it starts. */
+#define PLAN_FIELDS(X) \
+  X(name) X(num_replicas) X(num_partitions) X(num_args) X(donated) X(output_types) \
+  X(output_dims) X(output_nbytes) X(output_read_advance) X(output_reordered) X(devices) \
+  X(output_memories) X(clocks) X(advance) X(run) X(direct) X(with_token) X(assemble) X(after) \
+  X(refusal)
+#define FIELD_ENUM(name) F_##name,
+enum { PLAN_FIELDS(FIELD_ENUM) NUM_PLAN_FIELDS };
+#define FIELD_NAME(name) #name,
+static const char *plan_field_names[NUM_PLAN_FIELDS] = {PLAN_FIELDS(FIELD_NAME)};
+
+static PyObject *plan_type; /* ExecutePlan, installed by the plugin */
+
+int plan_install(PyObject *type) {
+  if (!PyType_Check(type)) {
+    PyErr_SetString(PyExc_TypeError, "the plan type must be a class");
+    return -1;
   }
-  *out = v;
+  Py_INCREF(type);
+  Py_XSETREF(plan_type, type);
   return 0;
 }
 
-static Plan *plan_from(PyObject *py) {
-  Plan *p = calloc(1, sizeof(Plan));
-  PyObject *donated = NULL, *types = NULL, *dims = NULL, *nbytes = NULL, *devices = NULL,
-           *clocks = NULL, *token = NULL, *direct = NULL, *memories = NULL;
-  if (plan_attr(py, "run", &p->run, 0) || plan_attr(py, "assemble", &p->assemble, 1) ||
-      plan_attr(py, "after", &p->after, 1) || plan_attr(py, "refusal", &p->refusal, 1) ||
-      plan_attr(py, "name", &p->name, 0) || plan_attr(py, "advance", &p->advance_array, 0) ||
-      plan_attr(py, "donated", &donated, 0) || plan_attr(py, "output_types", &types, 0) ||
-      plan_attr(py, "output_dims", &dims, 0) || plan_attr(py, "output_nbytes", &nbytes, 0) ||
-      plan_attr(py, "device_handles", &devices, 0) || plan_attr(py, "clocks", &clocks, 0) ||
-      plan_attr(py, "with_token", &token, 0) || plan_attr(py, "direct", &direct, 0) ||
-      plan_attr(py, "output_memories", &memories, 0))
-    goto fail;
-  p->with_token = PyObject_IsTrue(token);
-  p->direct = PyObject_IsTrue(direct);
-  Py_ssize_t num_args = PyObject_Length(donated), num_out = PyObject_Length(types),
-             num_dev = PyObject_Length(devices);
-  PyObject *args_count = PyObject_GetAttrString(py, "num_args");
-  if (args_count == NULL || num_out < 0 || num_dev < 0 || num_args < 0) {
-    Py_XDECREF(args_count);
-    goto fail;
+PyObject *plan_fields(void) {
+  PyObject *t = PyTuple_New(NUM_PLAN_FIELDS);
+  for (int i = 0; t && i < NUM_PLAN_FIELDS; i++)
+    PyTuple_SET_ITEM(t, i, PyUnicode_FromString(plan_field_names[i]));
+  return t;
+}
+
+/* An optional field: NULL for None. */
+static PyObject *optional(PyObject *v) {
+  if (v != Py_None) return v;
+  Py_DECREF(v);
+  return NULL;
+}
+
+/* Device d's row of the plan's output memories: one memory handle of that device per output. */
+static int plan_memories(Plan *p, size_t d, PyObject *memories) {
+  PyObject *row = PySequence_GetItem(memories, (Py_ssize_t)d);
+  if (row == NULL) return -1;
+  if (PyObject_Length(row) != (Py_ssize_t)p->num_outputs) {
+    Py_DECREF(row);
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "a plan needs one output memory per output");
+    return -1;
   }
-  p->num_args = PyLong_AsSize_t(args_count);
-  Py_DECREF(args_count);
+  for (size_t k = 0; k < p->num_outputs; k++) {
+    PyObject *m = PySequence_GetItem(row, (Py_ssize_t)k);
+    if (m == NULL) break;
+    if (!PyObject_TypeCheck(m, &HandleType) || ((Handle *)m)->stats == NULL ||
+        ((Handle *)m)->device != p->devices[d]) {
+      Py_DECREF(m);
+      PyErr_SetString(PyExc_TypeError, "plan output memories must be memory handles of the "
+                      "device they are listed for");
+      break;
+    }
+    p->out_memories[d * p->num_outputs + k] = (Handle *)m;
+    OutputsIn *in = &p->out_in[d * MAX_MEMORY_KINDS + ((Handle *)m)->kind_id];
+    in->memory = (Handle *)m;
+    in->nbytes += p->out_nbytes[k];
+    in->count += 1;
+  }
+  Py_DECREF(row);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+static Plan *plan_from(PyObject *py) {
+  if (plan_type == NULL || !PyObject_TypeCheck(py, (PyTypeObject *)plan_type)) {
+    PyErr_SetString(PyExc_TypeError, "an executable's plan must be an ExecutePlan");
+    return NULL;
+  }
+  PyObject *v[NUM_PLAN_FIELDS] = {NULL};
+  Plan *p = calloc(1, sizeof(Plan));
+  for (int i = 0; i < NUM_PLAN_FIELDS; i++)
+    if ((v[i] = PyObject_GetAttrString(py, plan_field_names[i])) == NULL) goto fail;
+  p->name = v[F_name];
+  p->run = v[F_run];
+  p->assemble = optional(v[F_assemble]);
+  p->after = optional(v[F_after]);
+  p->refusal = optional(v[F_refusal]);
+  p->advance_array = v[F_advance];
+  v[F_name] = v[F_run] = v[F_assemble] = v[F_after] = v[F_refusal] = v[F_advance] = NULL;
+  p->with_token = PyObject_IsTrue(v[F_with_token]);
+  p->direct = PyObject_IsTrue(v[F_direct]);
+  p->num_replicas = PyLong_AsSize_t(v[F_num_replicas]);
+  p->num_partitions = PyLong_AsSize_t(v[F_num_partitions]);
+  p->num_args = PyLong_AsSize_t(v[F_num_args]);
+  Py_ssize_t num_donated = PyObject_Length(v[F_donated]),
+             num_out = PyObject_Length(v[F_output_types]),
+             num_dev = PyObject_Length(v[F_devices]);
+  if (PyErr_Occurred() || num_donated < 0 || num_out < 0 || num_dev < 0) goto fail;
   p->num_outputs = (size_t)num_out;
   p->num_devices = (size_t)num_dev;
   if (p->num_devices == 0 || (p->num_devices > 1 && p->assemble == NULL) ||
-      PyObject_Length(clocks) != num_dev) {
-    PyErr_SetString(PyExc_ValueError, "a plan needs devices, their clocks, and assemble() for "
-                    "several devices");
+      PyObject_Length(v[F_clocks]) != num_dev ||
+      PyObject_Length(v[F_output_memories]) != num_dev ||
+      PyObject_Length(v[F_output_dims]) != num_out ||
+      PyObject_Length(v[F_output_nbytes]) != num_out ||
+      PyObject_Length(v[F_output_reordered]) != num_out ||
+      PyObject_Length(v[F_output_read_advance]) != num_out) {
+    PyErr_SetString(PyExc_ValueError, "a plan needs devices, their clocks and output memories, "
+                    "dims and bytes of every output, and assemble() for several devices");
+    goto fail;
+  }
+  if (p->direct && (p->num_devices != 1 || p->with_token)) {
+    PyErr_SetString(PyExc_ValueError, "a direct plan runs one device without tokens");
     goto fail;
   }
   if (int64_array(p->advance_array, &p->advance, &p->num_clock) < 0) goto fail;
   p->donated = calloc(p->num_args + 1, 1);
-  for (Py_ssize_t i = 0; i < num_args; i++) {
-    PyObject *item = PySequence_GetItem(donated, i);
+  for (Py_ssize_t i = 0; i < num_donated; i++) {
+    PyObject *item = PySequence_GetItem(v[F_donated], i);
     Py_ssize_t k = item ? PyLong_AsSsize_t(item) : -1;
     Py_XDECREF(item);
     if (PyErr_Occurred()) goto fail;
@@ -80,11 +150,19 @@ static Plan *plan_from(PyObject *py) {
   p->out_dims = calloc(p->num_outputs + 1, sizeof(int64_t *));
   p->out_ndims = calloc(p->num_outputs + 1, sizeof(size_t));
   p->out_nbytes = calloc(p->num_outputs + 1, sizeof(size_t));
+  p->out_read = calloc(p->num_outputs + 1, sizeof(Advance));
+  p->out_reordered = calloc(p->num_outputs + 1, 1);
   for (size_t k = 0; k < p->num_outputs; k++) {
-    PyObject *t = PySequence_GetItem(types, (Py_ssize_t)k);
-    PyObject *s = PySequence_GetItem(dims, (Py_ssize_t)k);
-    PyObject *b = PySequence_GetItem(nbytes, (Py_ssize_t)k);
-    if (t && s && b) {
+    PyObject *read = PySequence_GetItem(v[F_output_read_advance], (Py_ssize_t)k);
+    int bad = read == NULL || advance_from(read, &p->out_read[k]) < 0;
+    Py_XDECREF(read);
+    if (bad) goto fail;
+    PyObject *t = PySequence_GetItem(v[F_output_types], (Py_ssize_t)k);
+    PyObject *s = PySequence_GetItem(v[F_output_dims], (Py_ssize_t)k);
+    PyObject *b = PySequence_GetItem(v[F_output_nbytes], (Py_ssize_t)k);
+    PyObject *r = PySequence_GetItem(v[F_output_reordered], (Py_ssize_t)k);
+    if (t && s && b && r) {
+      p->out_reordered[k] = PyObject_IsTrue(r) == 1;
       p->out_types[k] = (int)PyLong_AsLong(t);
       p->out_nbytes[k] = PyLong_AsSize_t(b);
       p->out_dims[k] = dims_from(s, &p->out_ndims[k]);
@@ -92,14 +170,16 @@ static Plan *plan_from(PyObject *py) {
     Py_XDECREF(t);
     Py_XDECREF(s);
     Py_XDECREF(b);
+    Py_XDECREF(r);
     if (PyErr_Occurred()) goto fail;
   }
   p->devices = calloc(p->num_devices, sizeof(Handle *));
   p->out_memories = calloc(p->num_devices * p->num_outputs + 1, sizeof(Handle *));
+  p->out_in = calloc(p->num_devices * MAX_MEMORY_KINDS, sizeof(OutputsIn));
   p->clock_arrays = calloc(p->num_devices, sizeof(PyObject *));
   p->clocks = calloc(p->num_devices, sizeof(int64_t *));
   for (size_t d = 0; d < p->num_devices; d++) {
-    PyObject *h = PySequence_GetItem(devices, (Py_ssize_t)d);
+    PyObject *h = PySequence_GetItem(v[F_devices], (Py_ssize_t)d);
     if (h == NULL) goto fail;
     if (!PyObject_TypeCheck(h, &HandleType)) {
       Py_DECREF(h);
@@ -107,7 +187,7 @@ static Plan *plan_from(PyObject *py) {
       goto fail;
     }
     p->devices[d] = (Handle *)h;
-    p->clock_arrays[d] = PySequence_GetItem(clocks, (Py_ssize_t)d);
+    p->clock_arrays[d] = PySequence_GetItem(v[F_clocks], (Py_ssize_t)d);
     size_t n = 0;
     if (p->clock_arrays[d] == NULL || int64_array(p->clock_arrays[d], &p->clocks[d], &n) < 0)
       goto fail;
@@ -115,40 +195,20 @@ static Plan *plan_from(PyObject *py) {
       PyErr_SetString(PyExc_ValueError, "a device clock is shorter than the plan's advance");
       goto fail;
     }
-    PyObject *row = PySequence_GetItem(memories, (Py_ssize_t)d);
-    for (size_t k = 0; row && k < p->num_outputs; k++) {
-      PyObject *m = PySequence_GetItem(row, (Py_ssize_t)k);
-      if (m && !PyObject_TypeCheck(m, &HandleType)) {
-        Py_DECREF(m);
-        PyErr_SetString(PyExc_TypeError, "plan output memories must be Handles");
-        m = NULL;
-      }
-      if (m == NULL) break;
-      p->out_memories[d * p->num_outputs + k] = (Handle *)m;
-    }
-    Py_XDECREF(row);
-    if (PyErr_Occurred()) goto fail;
+    if (plan_memories(p, d, v[F_output_memories]) < 0) goto fail;
   }
-  Py_DECREF(donated); Py_DECREF(types); Py_DECREF(dims); Py_DECREF(nbytes); Py_DECREF(devices);
-  Py_DECREF(clocks); Py_DECREF(token); Py_DECREF(direct); Py_DECREF(memories);
-  if (p->direct && (p->num_devices != 1 || p->with_token)) {
-    PyErr_SetString(PyExc_ValueError, "a direct plan runs one device without tokens");
-    plan_free(p);
-    return NULL;
-  }
+  for (int i = 0; i < NUM_PLAN_FIELDS; i++) Py_XDECREF(v[i]);
   return p;
 fail:
-  Py_XDECREF(donated); Py_XDECREF(types); Py_XDECREF(dims); Py_XDECREF(nbytes);
-  Py_XDECREF(devices); Py_XDECREF(clocks); Py_XDECREF(token); Py_XDECREF(direct);
-  Py_XDECREF(memories);
+  for (int i = 0; i < NUM_PLAN_FIELDS; i++) Py_XDECREF(v[i]);
   plan_free(p);
   return NULL;
 }
 
-/* new_executable(exe, plan): an executable handle; `plan` says how Execute runs it (read once):
-   run, assemble, after, refusal, name, num_args, donated, output_types, output_dims,
-   output_nbytes, device_handles, output_memories (per device, per output: the memory Handle it
-   lands in), clocks (int64 arrays), advance (int64 array), with_token, direct. */
+static void executable_finalize(Handle *h) { plan_free(h->plan); }
+
+/* new_executable(exe, plan): an executable handle around `exe` (its runtime object), which
+   Execute runs by `plan`, an ExecutePlan read once, here. */
 PyObject *py_new_executable(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *obj, *plan;
@@ -161,35 +221,24 @@ PyObject *py_new_executable(PyObject *self, PyObject *args) {
     return NULL;
   }
   h->plan = p;
-  h->num_outputs = p->num_outputs;
-  PyObject *r = PyObject_GetAttrString(obj, "num_replicas");
-  PyObject *q = r ? PyObject_GetAttrString(obj, "num_partitions") : NULL;
-  if (q == NULL) {
-    Py_XDECREF(r);
-    Py_DECREF(h);
-    return NULL;
-  }
-  h->num_replicas = PyLong_AsSize_t(r);
-  h->num_partitions = PyLong_AsSize_t(q);
-  Py_DECREF(r);
-  Py_DECREF(q);
+  h->finalize = executable_finalize;
   return (PyObject *)h;
 }
 
 #define EXE(a) FROM_PJRT((a)->executable)
 PJRT_Error *c_Executable_NumReplicas(void *args) {
   ExeSizeArgs *a = args;
-  a->value = EXE(a)->num_replicas;
+  a->value = EXE(a)->plan->num_replicas;
   return NULL;
 }
 PJRT_Error *c_Executable_NumPartitions(void *args) {
   ExeSizeArgs *a = args;
-  a->value = EXE(a)->num_partitions;
+  a->value = EXE(a)->plan->num_partitions;
   return NULL;
 }
 PJRT_Error *c_Executable_NumOutputs(void *args) {
   ExeSizeArgs *a = args;
-  a->value = EXE(a)->num_outputs;
+  a->value = EXE(a)->plan->num_outputs;
   return NULL;
 }
 PJRT_Error *c_LoadedExecutable_Delete(void *args) {

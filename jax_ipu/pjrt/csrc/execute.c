@@ -1,13 +1,12 @@
 /* LoadedExecutable_Execute: one path for one or many devices, driven by the executable's plan.
  *
  * Arguments are the CPU arrays behind the input buffers; XLA:CPU runs (asynchronously) and its
- * outputs become buffers carrying one completion event; donated inputs die; the devices' model
- * clocks advance by the plan's cycles. */
+ * outputs become buffers in the memories the plan names, carrying one completion event; donated
+ * inputs die; the devices' model clocks advance by the plan's cycles. */
 #include "pjrt.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
   size_t struct_size; void *ext; void *send_callbacks; void *recv_callbacks; size_t num_send_ops;
@@ -47,6 +46,32 @@ static PJRT_Error *check_arguments(Handle *exe, ExecuteArgs *a) {
                "that has been deleted); pass a live array, e.g. the result of that call.",
                i, PyUnicode_AsUTF8(exe->plan->name));
       return new_error(CODE_INVALID_ARGUMENT, msg);
+    }
+  }
+  return NULL;
+}
+
+/* Refuses the call, before anything runs, when a memory of a device cannot hold the outputs
+   that land in it once the inputs donated to the call are freed (RESOURCE_EXHAUSTED naming the
+   sizes): each memory kind against its own capacity. */
+static PJRT_Error *reserve_outputs(Plan *p, ExecuteArgs *a, const unsigned char *keep) {
+  for (size_t d = 0; d < a->num_devices; d++) {
+    for (size_t kind = 0; kind < MAX_MEMORY_KINDS; kind++) {
+      const OutputsIn *in = &p->out_in[d * MAX_MEMORY_KINDS + kind];
+      if (in->memory == NULL) continue;
+      size_t freed = 0;
+      for (size_t i = 0; i < a->num_args; i++) {
+        Handle *b = FROM_PJRT(a->argument_lists[d][i]);
+        if (p->donated[i] && !keep[i] && b->memory == in->memory) freed += b->nbytes;
+      }
+      if (memory_fits(in->memory, in->nbytes, freed)) continue;
+      PyObject *what = in->count == 1
+                           ? PyUnicode_FromFormat("the output of %U", p->name)
+                           : PyUnicode_FromFormat("the %zu outputs of %U", in->count, p->name);
+      PJRT_Error *err = what ? memory_shortfall(in->memory, in->nbytes, freed, what)
+                             : error_from_python();
+      Py_XDECREF(what);
+      return err;
     }
   }
   return NULL;
@@ -92,8 +117,11 @@ static PyObject *cpu_arguments(Plan *p, ExecuteArgs *a, const unsigned char *kee
 }
 
 /* The event outputs carry: NULL when they are ready (XLA:CPU ran the program inline), an event
-   resolved now when it failed at once, else a pending event handed to the waiter thread. */
-static PJRT_Error *completion(PyObject *waitable, int may_be_ready, PJRT_Event **out) {
+   resolved now when it failed at once, else a pending event handed to the waiter thread, which
+   waits on `waitables` (a tuple: the token, or one device's outputs, any of which a later call
+   may be handed by donation before the waiter gets to it). `waitable` is the first of them. */
+static PJRT_Error *completion(PyObject *waitable, PyObject *waitables, int may_be_ready,
+                              PJRT_Event **out) {
   *out = NULL;
   if (may_be_ready) {
     PyObject *ready = PyObject_CallMethodNoArgs(waitable, str_is_ready);
@@ -116,7 +144,7 @@ static PJRT_Error *completion(PyObject *waitable, int may_be_ready, PJRT_Event *
   }
   PJRT_Event *e = event_new();
   PyObject *capsule = PyCapsule_New(event_ref(e), "jax_ipu.event", NULL);
-  PyObject *res = capsule ? PyObject_CallFunctionObjArgs(waiter, capsule, waitable, NULL) : NULL;
+  PyObject *res = capsule ? PyObject_CallFunctionObjArgs(waiter, capsule, waitables, NULL) : NULL;
   Py_XDECREF(capsule);
   if (res == NULL) {
     event_unref(e); /* the capsule's reference */
@@ -151,12 +179,6 @@ static void release_consumed(Plan *p, ExecuteArgs *a, const unsigned char *keep)
 static PyObject *output_array(PyObject *outputs, size_t k, size_t d, int direct) {
   return direct ? PyTuple_GET_ITEM(outputs, (Py_ssize_t)k)
                 : PyList_GET_ITEM(PyList_GET_ITEM(outputs, (Py_ssize_t)k), (Py_ssize_t)d);
-}
-
-static double monotonic_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* what time.perf_counter reads on Linux */
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 PJRT_Error *c_LoadedExecutable_Execute(void *args) {
@@ -204,6 +226,10 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
       int64_t k = a->options->non_donatable_input_indices[i];
       if (k >= 0 && (size_t)k < a->num_args) keep[k] = 1;
     }
+  for (size_t i = 0; i < a->num_args; i++) /* read in place by the host: donate a copy */
+    for (size_t d = 0; d < a->num_devices && !keep[i]; d++)
+      if (FROM_PJRT(a->argument_lists[d][i])->external_refs) keep[i] = 1;
+  if ((err = reserve_outputs(p, a, keep)) != NULL) goto done;
   if ((cpu_args = cpu_arguments(p, a, keep)) == NULL) goto python_error;
 
   if (p->direct) { /* one device: run(*args) -> the outputs, by jax's own dispatch */
@@ -231,23 +257,36 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
   if (p->with_token) {
     token = PyObject_CallMethodNoArgs(results, str_consume_token);
     if (token == NULL) goto python_error;
-    err = completion(token, 0, &event);
+    PyObject *waitables = PyTuple_Pack(1, token);
+    err = waitables ? completion(token, waitables, 0, &event) : error_from_python();
+    Py_XDECREF(waitables);
   } else {
-    err = completion(output_array(outputs, 0, 0, p->direct), 1, &event);
+    PyObject *waitables = PyTuple_New((Py_ssize_t)p->num_outputs);
+    for (size_t k = 0; waitables && k < p->num_outputs; k++) {
+      PyObject *first_device = output_array(outputs, k, 0, p->direct);
+      Py_INCREF(first_device);
+      PyTuple_SET_ITEM(waitables, (Py_ssize_t)k, first_device);
+    }
+    err = waitables ? completion(output_array(outputs, 0, 0, p->direct), waitables, 1, &event)
+                    : error_from_python();
+    Py_XDECREF(waitables);
   }
   if (err) goto done;
 
   for (size_t d = 0; d < a->num_devices; d++) {
     for (size_t k = 0; k < p->num_outputs; k++) {
-      Handle *h = buffer_new(output_array(outputs, k, d, p->direct), p->devices[d],
-                             p->out_memories[d * p->num_outputs + k], p->out_types[k],
-                             p->out_dims[k], p->out_ndims[k], p->out_nbytes[k], event);
+      Handle *h = buffer_new(output_array(outputs, k, d, p->direct),
+                             p->out_memories[d * p->num_outputs + k],
+                             p->out_types[k], p->out_dims[k], p->out_ndims[k],
+                             p->out_nbytes[k], event, &p->out_read[k]);
       if (h == NULL) { /* jaxlib ignores the outputs of a failed call: drop those made */
         for (size_t e = 0; e <= d; e++)
           for (size_t j = 0; j < (e < d ? p->num_outputs : k); j++)
             Py_DECREF((PyObject *)FROM_PJRT(a->output_lists[e][j]));
         goto python_error;
       }
+      h->settled = 1; /* ready now (no event), or when its event says */
+      h->reordered = p->out_reordered[k];
       a->output_lists[d][k] = TO_PJRT(h);
     }
     if (a->device_complete_events)

@@ -9,17 +9,13 @@
 typedef struct { size_t struct_size; void *ext; void *obj; } ObjArgs; /* every *_Destroy */
 
 static void handle_dealloc(Handle *self) {
-  if (self->device_handle) {
-    if (!self->deleted) stats_free(self->memory_handle, self->nbytes);
-    Py_DECREF((PyObject *)self->device_handle);
-    Py_XDECREF((PyObject *)self->memory_handle);
-  }
+  if (self->finalize) self->finalize(self);
+  Py_XDECREF((PyObject *)self->memory);
   Py_XDECREF(self->obj);
   Py_XDECREF(self->kind);
   Py_XDECREF(self->stats_array);
-  event_unref(self->event);
-  plan_free(self->plan);
-  free(self->dims);
+  Py_XDECREF(self->clock_array);
+  Py_XDECREF(self->on_read);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -39,13 +35,13 @@ static PyObject *handle_get_address(Handle *self, void *closure) {
 }
 static PyObject *handle_get_device(Handle *self, void *closure) {
   (void)closure;
-  PyObject *dev = self->device_handle ? self->device_handle->obj : Py_None;
+  PyObject *dev = self->memory && self->memory->device ? self->memory->device->obj : Py_None;
   Py_INCREF(dev);
   return dev;
 }
 static PyObject *handle_get_memory(Handle *self, void *closure) {
   (void)closure;
-  PyObject *memory = self->memory_handle ? self->memory_handle->obj : Py_None;
+  PyObject *memory = self->memory ? self->memory->obj : Py_None;
   Py_INCREF(memory);
   return memory;
 }
@@ -64,11 +60,6 @@ static PyObject *handle_get_element_type(Handle *self, void *closure) {
   (void)closure;
   return PyLong_FromLong(self->element_type);
 }
-static PyObject *handle_get_ready(Handle *self, void *closure) {
-  (void)closure;
-  return PyBool_FromLong(self->event == NULL || event_is_ready(self->event));
-}
-
 static PyGetSetDef handle_getset[] = {
     {"obj", (getter)handle_get_obj, NULL, "the runtime object (a buffer's CPU array)", NULL},
     {"deleted", (getter)handle_get_deleted, NULL, "whether jax deleted (or donated) it", NULL},
@@ -78,7 +69,6 @@ static PyGetSetDef handle_getset[] = {
     {"nbytes", (getter)handle_get_nbytes, NULL, "a buffer's size in bytes", NULL},
     {"dims", (getter)handle_get_dims, NULL, "a buffer's dimensions", NULL},
     {"element_type", (getter)handle_get_element_type, NULL, "a buffer's PJRT type", NULL},
-    {"ready", (getter)handle_get_ready, NULL, "whether a buffer's values are computed", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject HandleType = {
@@ -163,18 +153,31 @@ PJRT_Error *c_release(void *args) {
 }
 
 /* ---- the runtime's values, read into handles ---- */
-int int64_array(PyObject *array, int64_t **data, size_t *n) {
+static int int64_buffer(PyObject *array, int flags, int64_t **data, size_t *n) {
   Py_buffer view;
-  if (PyObject_GetBuffer(array, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-    return -1;
+  if (PyObject_GetBuffer(array, &view, flags | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
   int ok = view.itemsize == 8 && view.format && (view.format[0] == 'q' || view.format[0] == 'l');
   *data = view.buf; /* the owner keeps the memory: the runtime's arrays are never resized */
   if (n) *n = (size_t)(view.len / 8);
   PyBuffer_Release(&view);
   if (!ok) {
-    PyErr_SetString(PyExc_TypeError, "expected a writable C-contiguous int64 array");
+    PyErr_SetString(PyExc_TypeError, "expected a C-contiguous int64 array");
     return -1;
   }
+  return 0;
+}
+/* The data of a writable int64 array the runtime owns (counters, clocks). */
+int int64_array(PyObject *array, int64_t **data, size_t *n) {
+  return int64_buffer(array, PyBUF_WRITABLE, data, n);
+}
+/* The data of an int64 array C only reads. */
+int int64_view(PyObject *array, const int64_t **data, size_t *n) {
+  return int64_buffer(array, 0, (int64_t **)data, n);
+}
+int advance_from(PyObject *array, Advance *out) {
+  if (int64_view(array, &out->cycles, &out->n) < 0) return -1;
+  Py_INCREF(array);
+  out->owner = array;
   return 0;
 }
 
@@ -193,37 +196,51 @@ int64_t *dims_from(PyObject *seq, size_t *n) {
   return dims;
 }
 
-/* new_handle(obj, kind=None, kind_id=0, memory=None, stats=None): a handle for a client, device
-   (with its default memory's handle) or memory (with its kind, the kind's id and its int64
-   counters). */
-PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs) {
+/* new_handle(obj): a handle for an object C reads nothing of (a client). */
+PyObject *py_new_handle(PyObject *self, PyObject *obj) {
   (void)self;
-  static char *names[] = {"obj", "kind", "kind_id", "memory", "stats", NULL};
-  PyObject *obj, *kind = NULL, *memory = NULL, *stats = NULL;
-  int kind_id = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|SiOO", names, &obj, &kind, &kind_id, &memory,
-                                   &stats))
-    return NULL;
-  Handle *h = handle_alloc(obj);
-  if (h == NULL) return NULL;
-  Py_XINCREF(kind);
-  h->kind = kind;
-  h->kind_id = kind_id;
-  if (memory && memory != Py_None) {
-    if (!PyObject_TypeCheck(memory, &HandleType)) {
-      Py_DECREF(h);
-      PyErr_SetString(PyExc_TypeError, "memory must be a Handle");
+  return (PyObject *)handle_alloc(obj);
+}
+
+/* new_device(device, memories, clock, on_read): a device's handle, with its memories' handles
+   (the first is its default memory), its model clock (int64) and the hook reads call (None:
+   none). */
+PyObject *py_new_device(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *obj, *memories, *clock, *on_read;
+  if (!PyArg_ParseTuple(args, "OOOO", &obj, &memories, &clock, &on_read)) return NULL;
+  PyObject *fast = PySequence_Fast(memories, "new_device() takes a sequence of memory handles");
+  if (fast == NULL) return NULL;
+  Py_ssize_t n_memories = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n_memories; i++) {
+    PyObject *m = PySequence_Fast_GET_ITEM(fast, i);
+    if (!PyObject_TypeCheck(m, &HandleType) || ((Handle *)m)->stats == NULL) {
+      Py_DECREF(fast);
+      PyErr_SetString(PyExc_TypeError, "new_device() takes memory handles");
       return NULL;
     }
-    h->memory = TO_PJRT(memory); /* memories live as long as their device */
   }
-  if (stats && stats != Py_None) {
-    if (int64_array(stats, &h->stats, NULL) < 0) {
-      Py_DECREF(h);
-      return NULL;
-    }
-    Py_INCREF(stats);
-    h->stats_array = stats;
+  int64_t *data;
+  size_t n;
+  Handle *h = n_memories > 0 && int64_array(clock, &data, &n) == 0 ? handle_alloc(obj) : NULL;
+  if (h == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "new_device() needs at least one memory");
+    Py_DECREF(fast);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n_memories; i++)
+    ((Handle *)PySequence_Fast_GET_ITEM(fast, i))->device = h;
+  h->memory = (Handle *)PySequence_Fast_GET_ITEM(fast, 0);
+  Py_INCREF((PyObject *)h->memory);
+  Py_DECREF(fast);
+  Py_INCREF(clock);
+  h->clock_array = clock;
+  h->clock = data;
+  h->num_clock = n;
+  if (on_read != Py_None) {
+    Py_INCREF(on_read);
+    h->on_read = on_read;
   }
   return (PyObject *)h;
 }

@@ -16,6 +16,15 @@
 #define Py_IsFinalizing _Py_IsFinalizing
 #endif
 
+#include <time.h>
+
+/* Seconds on the clock time.perf_counter reads on Linux. */
+static inline double monotonic_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 #define API_MAJOR 0
 #define API_MINOR 112
 
@@ -89,8 +98,9 @@ extern PyObject *error_maker; /* error_for(exception) -> error address */
 extern PyObject *waiter;      /* wait_for(event capsule, waitable): resolve when it is ready */
 
 enum {
-  CODE_OK = 0, CODE_CANCELLED = 1, CODE_INVALID_ARGUMENT = 3, CODE_FAILED_PRECONDITION = 9,
-  CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13, CODE_UNAVAILABLE = 14
+  CODE_OK = 0, CODE_CANCELLED = 1, CODE_INVALID_ARGUMENT = 3, CODE_RESOURCE_EXHAUSTED = 8,
+  CODE_FAILED_PRECONDITION = 9, CODE_UNIMPLEMENTED = 12, CODE_INTERNAL = 13,
+  CODE_UNAVAILABLE = 14
 };
 
 /* ---- errors (error.c) ---- */
@@ -111,9 +121,14 @@ void event_unref(PJRT_Event *e);
 PJRT_Error *event_error(PJRT_Event *e);
 void event_resolve(PJRT_Event *e, int code, const char *msg, size_t len);
 int event_is_ready(PJRT_Event *e);
+void event_wait(PJRT_Event *e);
 
 /* ---- handles (handle.c): every PJRT object jaxlib holds is one of these Python objects ---- */
 enum { STAT_IN_USE, STAT_PEAK, STAT_ALLOCS, STAT_LARGEST };
+
+/* An int64 array the runtime owns (what an action adds to a model clock), with its data. */
+typedef struct { PyObject *owner; const int64_t *cycles; size_t n; } Advance;
+int advance_from(PyObject *array, Advance *out); /* takes a reference; -1 with an exception */
 
 typedef struct Plan Plan;
 typedef struct Handle {
@@ -121,25 +136,38 @@ typedef struct Handle {
   void *vtable;   /* always NULL; jaxlib's pointer to the handle points here */
   PyObject *obj;  /* the runtime object; of a buffer, its CPU array (NULL once deleted) */
   int deleted;    /* a buffer or executable jax deleted (or a donated buffer) */
+  /* of a buffer: the memory holding it; of a device: its default memory (owned references:
+     memories outlive their buffers) */
+  struct Handle *memory;
   /* buffers */
   int element_type;
   int64_t *dims;  /* ndims entries, then ndims entries of minor_to_major */
   size_t ndims;
   size_t nbytes;
-  struct Handle *device_handle; /* of a buffer: its device's handle (devices outlive buffers) */
-  struct Handle *memory_handle; /* of a buffer: the memory (kind) it lives in; its bytes count
-                                   there */
-  PJRT_Event *event;            /* of a buffer: NULL when ready at creation */
+  PJRT_Event *event;      /* NULL when ready at creation */
+  Advance read;           /* what reading it back adds to its device's clock */
+  int settled;            /* its event (or none) says when XLA:CPU computed it */
+  int reordered;          /* its bytes are not in row-major order (a user's layout): the host
+                             reads it through a copy, never in place */
+  void *data;             /* the address of its bytes, once asked for */
+  size_t external_refs;   /* the host reading it in place (NumPy views, DLPack) */
+  PyObject *external;     /* its CPU array while external references exist */
   /* devices */
-  void *memory;           /* PJRT pointer of the device's default memory */
-  /* executables */
-  size_t num_replicas, num_partitions, num_outputs;
-  Plan *plan;
+  PyObject *clock_array;  /* int64 model clock (the runtime device's) */
+  int64_t *clock;
+  size_t num_clock;
+  PyObject *on_read;      /* on_read(nbytes, start_s, end_s, cycles) after a read, or NULL */
   /* memories */
+  struct Handle *device;  /* its device (borrowed: a device and its memories live together) */
   PyObject *kind;         /* memory kind (bytes) */
-  int kind_id;            /* the kind's PJRT id */
-  PyObject *stats_array;  /* int64[4] memory counters (STAT_*), owned by the runtime memory */
+  int kind_id;            /* the kind's PJRT id, below MAX_MEMORY_KINDS */
+  PyObject *stats_array;  /* int64 counters (STAT_*) of its buffers' bytes, owned by the runtime */
   int64_t *stats;
+  int64_t limit;          /* bytes it holds; negative: no limit */
+  /* executables */
+  Plan *plan;
+  /* frees what the file that made it attached (a buffer's bytes, an executable's plan) */
+  void (*finalize)(struct Handle *self);
 } Handle;
 
 #define TO_PJRT(h) ((void *)&((Handle *)(h))->vtable)
@@ -150,42 +178,57 @@ Handle *handle_alloc(PyObject *obj);
 void enqueue_release(PyObject *obj);
 void drain_queue(void);
 int int64_array(PyObject *array, int64_t **data, size_t *n);
+int int64_view(PyObject *array, const int64_t **data, size_t *n);
 int64_t *dims_from(PyObject *seq, size_t *n);
 
-/* ---- memories (memory.c): a memory's counters ---- */
-void stats_alloc(Handle *memory, size_t nbytes);
-void stats_free(Handle *memory, size_t nbytes);
+/* ---- memories (memory.c): one per memory kind of a device, and the bytes their buffers hold */
+#define MAX_MEMORY_KINDS 8
+void memory_alloc(Handle *memory, size_t nbytes);
+void memory_free(Handle *memory, size_t nbytes);
+int memory_fits(Handle *memory, size_t nbytes, size_t freed);
+PJRT_Error *memory_shortfall(Handle *memory, size_t nbytes, size_t freed, PyObject *what);
 
 /* ---- buffers (buffer.c) ---- */
-Handle *buffer_new(PyObject *array, Handle *device, Handle *memory, int element_type,
-                   const int64_t *dims, size_t ndims, size_t nbytes, PJRT_Event *event);
+int buffer_init(void);
+int buffer_install(PyObject *sub_byte_types);
+Handle *buffer_new(PyObject *array, Handle *memory, int element_type, const int64_t *dims,
+                   size_t ndims, size_t nbytes, PJRT_Event *event, const Advance *read);
 void buffer_release(Handle *h);
 
-/* ---- executables (executable.c): how one runs, read once from its Python plan ---- */
+/* ---- executables (executable.c): how one runs, read once from its ExecutePlan ---- */
+/* The outputs of one execution that land in one memory of a device. */
+typedef struct { Handle *memory; size_t nbytes, count; } OutputsIn;
 struct Plan {
-  PyObject *run;       /* XLA:CPU executable's execute_sharded */
+  PyObject *name;      /* str */
+  size_t num_replicas, num_partitions;
+  PyObject *run;       /* direct: run(*args) -> outputs; else XLA:CPU's execute_sharded */
   PyObject *assemble;  /* per-device arrays -> one multi-device array per argument, or NULL */
   PyObject *after;     /* profiler hook after(start_s, end_s), or NULL */
   PyObject *refusal;   /* str: why nothing may run this program, or NULL */
-  PyObject *name;      /* str */
   int with_token;
-  int direct;          /* run(*args) returns the outputs (one device), else execute_sharded */
+  int direct;
   size_t num_devices, num_args, num_outputs, num_clock;
   unsigned char *donated;         /* per argument */
   int *out_types;
   int64_t **out_dims;
   size_t *out_ndims, *out_nbytes;
+  Advance *out_read;              /* per output: what reading it back adds to a clock */
+  unsigned char *out_reordered;   /* per output: laid out other than row-major */
   Handle **devices;               /* addressable devices, in execution order */
   Handle **out_memories;          /* output k of device d lands in [d * num_outputs + k] */
+  OutputsIn *out_in;              /* [d * MAX_MEMORY_KINDS + kind id]: device d's outputs there */
   PyObject **clock_arrays;
   int64_t **clocks;               /* per device: model clock counters */
   int64_t *advance;               /* what one execution adds to each device's clock */
   PyObject *advance_array;
 };
 void plan_free(Plan *p);
+int plan_install(PyObject *type);
+PyObject *plan_fields(void);
 
 /* ---- execute (execute.c) ---- */
 int execute_init(void);
+
 
 /* ---- slots served in C, by file ---- */
 PJRT_Error *c_Error_Destroy(void *args);
@@ -213,6 +256,10 @@ PJRT_Error *c_Buffer_IsOnCpu(void *args);
 PJRT_Error *c_Buffer_OnDeviceSizeInBytes(void *args);
 PJRT_Error *c_Buffer_ReadyEvent(void *args);
 PJRT_Error *c_Buffer_GetMemoryLayout(void *args);
+PJRT_Error *c_Buffer_ToHostBuffer(void *args);
+PJRT_Error *c_Buffer_IncreaseExternalReferenceCount(void *args);
+PJRT_Error *c_Buffer_DecreaseExternalReferenceCount(void *args);
+PJRT_Error *c_Buffer_OpaqueDeviceMemoryDataPointer(void *args);
 PJRT_Error *c_Executable_NumReplicas(void *args);
 PJRT_Error *c_Executable_NumPartitions(void *args);
 PJRT_Error *c_Executable_NumOutputs(void *args);
@@ -223,7 +270,9 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args);
 /* ---- functions of the Python module, by file ---- */
 PyObject *py_make_error(PyObject *self, PyObject *args);
 PyObject *py_resolve(PyObject *self, PyObject *args);
-PyObject *py_new_handle(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *py_new_handle(PyObject *self, PyObject *obj);
+PyObject *py_new_device(PyObject *self, PyObject *args);
+PyObject *py_new_memory(PyObject *self, PyObject *args);
 PyObject *py_give(PyObject *self, PyObject *h);
 PyObject *py_deref(PyObject *self, PyObject *addr);
 PyObject *py_drain(PyObject *self, PyObject *unused);

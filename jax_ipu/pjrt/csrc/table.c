@@ -92,8 +92,9 @@ static PyObject *py_owned_bytes(PyObject *self, PyObject *data) {
 
 static PyObject *py_install(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *d, *e, *w;
-  if (!PyArg_ParseTuple(args, "OOO", &d, &e, &w)) return NULL;
+  PyObject *d, *e, *w, *plan, *sub_byte;
+  if (!PyArg_ParseTuple(args, "OOOOO", &d, &e, &w, &plan, &sub_byte)) return NULL;
+  if (plan_install(plan) < 0 || buffer_install(sub_byte) < 0) return NULL;
   Py_INCREF(d);
   Py_INCREF(e);
   Py_INCREF(w);
@@ -122,6 +123,12 @@ static PyObject *py_seen_sizes(PyObject *self, PyObject *unused) {
   return d;
 }
 
+static PyObject *py_plan_fields(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return plan_fields();
+}
+
 static PyObject *py_slot_names(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
@@ -134,15 +141,21 @@ static PyObject *py_slot_names(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"capsule", py_capsule, METH_NOARGS, "The PJRT_Api table as a 'pjrt_c_api' capsule."},
     {"install", py_install, METH_VARARGS,
-     "install(dispatch, error_for, wait_for): connect the Python side."},
+     "install(dispatch, error_for, wait_for, plan_type, sub_byte_types): connect the Python "
+     "side."},
+    {"plan_fields", py_plan_fields, METH_NOARGS,
+     "The fields of an executable's plan that C reads, by name."},
     {"seen_struct_sizes", py_seen_sizes, METH_NOARGS, "struct_size jaxlib passed, by slot."},
     {"slot_names", py_slot_names, METH_NOARGS, "Slot names in table order."},
-    {"new_handle", (PyCFunction)(void (*)(void))py_new_handle, METH_VARARGS | METH_KEYWORDS,
-     "new_handle(obj, kind=None, kind_id=0, memory=None, stats=None): a Handle around a runtime "
-     "object."},
+    {"new_handle", py_new_handle, METH_O, "new_handle(obj): a Handle around a client."},
+    {"new_memory", py_new_memory, METH_VARARGS,
+     "new_memory(memory, kind, kind_id, stats, limit): a memory's Handle, with its byte "
+     "counters (limit -1: none)."},
+    {"new_device", py_new_device, METH_VARARGS,
+     "new_device(device, memories, clock, on_read): a device's Handle (memories[0] its "
+     "default)."},
     {"new_buffer", py_new_buffer, METH_VARARGS,
-     "new_buffer(array, device_handle, memory_handle, element_type, dims, nbytes): a ready "
-     "buffer Handle in that memory."},
+     "new_buffer(array, memory, element_type, dims, nbytes, read_advance): a ready buffer."},
     {"new_executable", py_new_executable, METH_VARARGS,
      "new_executable(exe, plan): an executable Handle that Execute runs by its plan."},
     {"give", py_give, METH_O, "Address of a handle, with one reference owned by jaxlib."},
@@ -165,7 +178,7 @@ PyMODINIT_FUNC PyInit__table(void) {
   if (PyType_Ready(&HandleType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (m == NULL) return NULL;
-  if (execute_init() < 0) {
+  if (execute_init() < 0 || buffer_init() < 0) {
     Py_DECREF(m);
     return NULL;
   }
@@ -186,7 +199,8 @@ PyMODINIT_FUNC PyInit__table(void) {
   SERVE(Buffer_ElementType) SERVE(Buffer_Dimensions) SERVE(Buffer_DynamicDimensionIndices)
   SERVE(Buffer_Device) SERVE(Buffer_Memory) SERVE(Buffer_IsDeleted) SERVE(Buffer_IsOnCpu)
   SERVE(Buffer_OnDeviceSizeInBytes) SERVE(Buffer_ReadyEvent) SERVE(Buffer_GetMemoryLayout)
-  SERVE(Buffer_Delete)
+  SERVE(Buffer_Delete) SERVE(Buffer_ToHostBuffer) SERVE(Buffer_IncreaseExternalReferenceCount)
+  SERVE(Buffer_DecreaseExternalReferenceCount) SERVE(Buffer_OpaqueDeviceMemoryDataPointer)
   SERVE(LoadedExecutable_Execute) SERVE(LoadedExecutable_Delete) SERVE(LoadedExecutable_IsDeleted)
   SERVE(Executable_NumReplicas) SERVE(Executable_NumPartitions) SERVE(Executable_NumOutputs)
   SERVE(Memory_Kind) SERVE(Memory_Kind_Id) SERVE(Client_UpdateGlobalProcessInfo)
