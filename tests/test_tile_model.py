@@ -136,11 +136,14 @@ def test_loop_body_tile_values_stay_on_their_tiles():
     assert neg.executions == 4 and neg.exchange_cycles == 0
     per_tile = rep.memory.per_tile_bytes
     # The carried rows and the body's new rows: on tiles 0, 2 and 5 only, with the put's
-    # exchange code (24 B) and the vertex: its codelet (1 KiB) and its state (a descriptor and
-    # a pointer for its operand and its result: 8 + 2 x 4 B).
+    # exchange code (24 B) and two vertices, each its codelet (1 KiB) and its state (a
+    # descriptor and a pointer for its operand and its result: 8 + 2 x 4 B): the tile_map's,
+    # and the copy of its new rows into the loop's carry at the end of each iteration.
     vertex = VERTEX_CODE_BYTES_PER_KIND + VERTEX_DESCRIPTOR_BYTES + 2 * POINTER_BYTES
     assert vertex == 1040
-    assert per_tile[5] - per_tile[200] == 128 + 2 * 4096 + 24 + vertex
+    (copy,) = rows(rep, "loop_carry_copy")
+    assert copy.executions == 4
+    assert per_tile[5] - per_tile[200] == 128 + 2 * 4096 + 24 + 2 * vertex
     assert per_tile[7] - per_tile[200] == 128 + 24  # sends its share of the argument
 
 

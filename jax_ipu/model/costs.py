@@ -436,17 +436,25 @@ def rearrange(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
                       -(-per_tile // width), 2 * _accesses(width, out, target), target))
 
 
-def carry_copies(types: list[TensorType], target: Target) -> OpCost:
+def carry_copies(types: list[TensorType], homes: list[Placement], target: Target) -> OpCost:
     """A loop's replaced carries copied into its state at the end of an iteration, all in one
-    step: each tile copies its share of every one (a load and a store per vector)."""
-    work = 0
-    for t in types:
-        _, per_tile = _spread(t, target)
+    step: each tile copies its share of every one (a load and a store per vector), where the
+    carry lives (`homes`: on the tiles a tile program named, else spread linearly)."""
+    work, tiles, named = 0, 0, set()
+    for t, home in zip(types, homes, strict=True):
+        own = home.named_tiles()
+        if own is None:
+            n, per_tile = _spread(t, target)
+        else:
+            n, per_tile = len(own), -(-t.size // len(own))
+            named.update(int(x) for x in own)
+        tiles = max(tiles, n)
         width = _vector_elems(t.dtype)
         work += worker_cycles(-(-per_tile // width), 2 * _accesses(width, t, target), target)
-    return OpCost(bytes_accessed=2 * sum(t.nbytes for t in types), syncs=1,
-                  tiles=max(_spread(t, target)[0] for t in types),
+    all_named = all(home.named_tiles() is not None for home in homes)
+    return OpCost(bytes_accessed=2 * sum(t.nbytes for t in types), syncs=1, tiles=tiles,
                   compute_cycles=target.vertex_cycles + work,
+                  on_tiles=tuple(sorted(named)) if all_named else None,
                   note=f"{len(types)} loop carr{'y' if len(types) == 1 else 'ies'} copied "
                        "into the loop's state each iteration")
 

@@ -19,7 +19,7 @@ from jax_ipu.model.costs import (
     reshape_like,
 )
 from jax_ipu.model.host import host_transfer_cycles
-from jax_ipu.model.ir import Op, Program
+from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.mapping import Layouts
 from jax_ipu.model.targets import SIMPLE_CYCLES_PER_VECTOR, Target
 
@@ -207,9 +207,10 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
                                        "which counts in control code")
         copied = _replaced_carries(op, counting)
         if copied:
-            copy = Op("ipu.loop_carry_copy", tuple(copied), tuple(copied),
-                      location=op.location)
-            body.append(OpRow(copy, "rearrange", carry_copies(copied, target),
+            types = tuple(t for t, _ in copied)
+            homes = [layouts.of(vid, t) for t, vid in copied]
+            copy = Op("ipu.loop_carry_copy", types, types, location=op.location)
+            body.append(OpRow(copy, "rearrange", carry_copies(list(types), homes, target),
                               executions * n, depth + 1))
         return [head, *cond, *body]
     # case / if: one branch runs; charge the most expensive one (worst case).
@@ -220,8 +221,9 @@ def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,
     return [head, *worst]
 
 
-def _replaced_carries(loop: Op, counting: set[int]) -> list:
-    """Types of the carries a loop body replaces with a value made elsewhere: a Poplar loop
+def _replaced_carries(loop: Op, counting: set[int]) -> list[tuple[TensorType, int]]:
+    """(type, the body's result id) of each carry a loop body replaces with a value made
+    elsewhere: a Poplar loop
     repeats one program over fixed tensors, so each such result is copied into its carry at
     the end of every iteration (PopART's LoopOpx copies body outputs into the loop's inputs
     the same way). A carry passed through, updated in place (a dynamic update or scatter
@@ -235,7 +237,7 @@ def _replaced_carries(loop: Op, counting: set[int]) -> list:
         producer = made.get(res)
         if producer is not None and (id(producer) in counting or _in_place_on(producer, arg)):
             continue
-        copied.append(loop.results[k])
+        copied.append((loop.results[k], res))
     return copied
 
 

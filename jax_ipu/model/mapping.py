@@ -76,6 +76,11 @@ class Placement:
         """(tiles, keys) of the elements at flat indices r; tile -1 for constants."""
         raise NotImplementedError
 
+    def named_tiles(self) -> np.ndarray | None:
+        """The tiles the program itself put this value on, a share each (jax_ipu.tile), or
+        None when the model chose where it lives."""
+        return None
+
 
 @dataclass(eq=False)
 class Linear(Placement):

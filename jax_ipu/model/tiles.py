@@ -48,6 +48,9 @@ class TileRows(Placement):
     def locate(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.tiles[r // max(1, self.row)], (self.uid << KEY_SHIFT) + r
 
+    def named_tiles(self) -> np.ndarray:
+        return self.tiles
+
 
 @dataclass
 class TileFigures:
