@@ -134,7 +134,8 @@ def test_moving_between_kinds_of_one_device_charges_the_gateway_on_the_clock():
 def test_reading_back_charges_what_a_read_of_its_kind_costs(kind):
     """Every kind is host RAM underneath and is read in place, as on cpu; a read of tile memory
     or Streaming Memory is one stream copy to the host (set-up, link, staging) and the run of
-    the program that streams it back; a read of host memory moves nothing. Outputs of a program are charged by the kind they land in."""
+    the program that streams it back; a read of host memory moves nothing. Outputs of a
+    program are charged by the kind they land in."""
     target = get_target("ipu2")
     back = host_transfer(2**20, target, "to_host")
     expected = {"stream_setup": back.setup_cycles, "device_to_host": back.link_cycles,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from jax_ipu.model.plans import Choice, Plan, choose, splits
@@ -182,19 +182,26 @@ def _search(p: Product, placed: tuple[bool, bool], target: Target, amp: bool = T
     """The fastest plan that fits, or with `least` the one needing least memory."""
     best: MatmulPlan | None = None
     best_key: tuple[float, ...] = ()
+    for plan in _candidates(p, placed, target, amp, least):
+        cycles = plan.cycles(target)
+        key = (plan.workspace_bytes_per_tile, cycles) if least else (cycles,)
+        if best is None or key < best_key:
+            best, best_key = plan, key
+    return best
+
+
+def _candidates(p: Product, placed: tuple[bool, bool], target: Target, amp: bool,
+                least: bool) -> Iterator[MatmulPlan]:
+    """Every split of the product's batch, rows, columns and depth over the tiles that has
+    a plan (one whose temporaries fit, or with `least` the least memory it can take)."""
     t = target.num_tiles
     for pg in splits(p.g, t):
         for pm in splits(p.m, t // pg):
             for pn in splits(p.n, t // (pg * pm)):
                 for pk in splits(p.k, t // (pg * pm * pn)):
                     plan = _cost(p, (pg, pm, pn, pk), placed, target, least, amp)
-                    if plan is None:
-                        continue
-                    cycles = plan.cycles(target)
-                    key = (plan.workspace_bytes_per_tile, cycles) if least else (cycles,)
-                    if best is None or key < best_key:
-                        best, best_key = plan, key
-    return best
+                    if plan is not None:
+                        yield plan
 
 
 @functools.lru_cache(maxsize=1024)
@@ -273,17 +280,10 @@ def _variants(p: Product, placed: tuple[bool, bool], target: Target, amp: bool
     """The best plan of each kind for this product: without a K split, with one, and the
     least memory one (which may run in serial passes)."""
     found: dict[str, MatmulPlan] = {}
-    t = target.num_tiles
-    for pg in splits(p.g, t):
-        for pm in splits(p.m, t // pg):
-            for pn in splits(p.n, t // (pg * pm)):
-                for pk in splits(p.k, t // (pg * pm * pn)):
-                    plan = _cost(p, (pg, pm, pn, pk), placed, target, False, amp)
-                    if plan is None:
-                        continue
-                    kind = _family("", plan)
-                    if kind not in found or plan.cycles(target) < found[kind].cycles(target):
-                        found[kind] = plan
+    for plan in _candidates(p, placed, target, amp, least=False):
+        kind = _family("", plan)
+        if kind not in found or plan.cycles(target) < found[kind].cycles(target):
+            found[kind] = plan
     # the least memory one; when no split holds its blocks in a tile, the one of the most
     # tiles (the memory model then reports the program out of memory)
     least = _search(p, placed, target, amp, least=True) or \

@@ -223,7 +223,7 @@ GW_LINK_STEP_LATENCY_S = 10e-6  # [D] through the gateways (RoCE over 100 GbE)
 
 # --- Streaming Memory: the IPU-Machine's DDR behind its IPU-Gateway (JAX kind pinned_host) ----
 # Capacity per machine: "Up to 256GB Streaming Memory" per Bow-2000 [P] (Bow-2000 datasheet,
-# overview); "up to 448GB" per IPU-M2000 [S] (M2000 datasheet as quoted in IPU_FACTS.md);
+# overview); "up to 448GB" per IPU-M2000 [S] (the M2000 datasheet, as quoted second-hand);
 # DIMM sizes, so binary gigabytes [D]. A C2 PCIe card (ipu1) has none [P]. The model gives each
 # IPU of a machine an equal share [D] (the machine's DDR is shared; Poplar places remote
 # buffers per IPU).
