@@ -616,11 +616,3 @@ RULES: dict[str, Rule] = {
     "host": host, "custom_call": custom_call, "collective": collective,
     "unmodelled": unmodelled,
 }
-
-
-# Tile-level programs (jax_ipu.tile) name their tiles: their rules are model/tiles.py's, which
-# use the helpers above.
-from jax_ipu.model import tiles as _tiles  # noqa: E402
-
-OP_CLASSES.update(_tiles.OP_CLASSES)
-RULES.update(_tiles.RULES)

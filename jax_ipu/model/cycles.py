@@ -4,13 +4,17 @@ host_transfer_cycles (model/host.py) is importable from here too, for the runtim
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from jax_ipu.model import tiles
 from jax_ipu.model.costs import (
     FUSABLE,
     IN_PLACE,
+    OP_CLASSES,
     RULES,
     OpCost,
     alu_cycles,
@@ -177,6 +181,26 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
         _record(layouts, op, cls, cost)
         rows.append(OpRow(op, cls, cost, executions, depth, fused))
     return rows
+
+
+def one_tile_cost(ops: list[Op], target: Target) -> tuple[float, int]:
+    """(compute cycles, flops) of a vertex program run on one tile, by the model's own rules."""
+    one = dataclasses.replace(target, num_tiles=1)
+    uses: Counter = Counter()
+    for o in ops:
+        for inner in o.walk():
+            uses.update(inner.operand_ids)
+            for region in inner.regions:
+                uses.update(region.result_ids)
+    rows = cost_block(ops, one, uses, layouts=Layouts(1))
+    return (sum(r.cost.compute_cycles * r.executions for r in rows),
+            sum(r.cost.flops * r.executions for r in rows))
+
+
+# Tile-level programs (jax_ipu.tile) name their tiles: their rules are model/tiles.py's; a
+# tile_map's vertex of lax primitives costs what this module costs them on one tile.
+OP_CLASSES.update(tiles.OP_CLASSES)
+RULES.update(tiles.RULES, tile_vertex=functools.partial(tiles.vertex, one_tile=one_tile_cost))
 
 
 def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,

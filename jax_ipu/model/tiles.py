@@ -7,8 +7,7 @@ vertex temporaries take memory on the tiles named, nowhere else. Pure: no jax.""
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,28 +157,17 @@ def put(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
 
 
 # ---- vertices ------------------------------------------------------------------------------
-def one_tile_cost(ops: list[Op], target: Target) -> tuple[float, int]:
-    """(compute cycles, flops) of a vertex program run on one tile, by the model's own rules."""
-    from jax_ipu.model.cycles import cost_block
-
-    one = dataclasses.replace(target, num_tiles=1)
-    uses: Counter = Counter()
-    for o in ops:
-        for inner in o.walk():
-            uses.update(inner.operand_ids)
-            for region in inner.regions:
-                uses.update(region.result_ids)
-    rows = cost_block(ops, one, uses, layouts=Layouts(1))
-    return (sum(r.cost.compute_cycles * r.executions for r in rows),
-            sum(r.cost.flops * r.executions for r in rows))
+OneTileCost = Callable[[list[Op], Target], tuple[float, int]]
 
 
-def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
+def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts,
+           one_tile: OneTileCost) -> OpCost:
     """tile_map: one compute set; each tile runs the vertex on its own rows (lax primitives at
-    the model's rates on one tile, custom vertices at their declared estimate), then a sync."""
+    the model's rates on one tile, as `one_tile` costs them, custom vertices at their declared
+    estimate), then a sync."""
     dest = _tiles(op)
     if op.kind == "tile_map":
-        per_tile, flops = one_tile_cost(op.vertex_ops, target)
+        per_tile, flops = one_tile(op.vertex_ops, target)
         flops *= len(dest)
         how = "the model's vertex rates on one tile"
     else:
@@ -219,8 +207,8 @@ def counter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost
                   note=f"cycle counter (site {op.attributes.get('site')})")
 
 
-RULES = {"tile_put": put, "tile_vertex": vertex, "tile_barrier": barrier,
-         "tile_counter": counter}
+# The rules of tile ops but tile_vertex, whose one-tile costing is model/cycles.py's.
+RULES = {"tile_put": put, "tile_barrier": barrier, "tile_counter": counter}
 
 
 # ---- memory --------------------------------------------------------------------------------

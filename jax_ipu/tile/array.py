@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_ipu.tile.validate import Tiles, check_tiles, tile_error
+from jax_ipu.tile.validate import Tiles, check_tiles, tile_error, type_error
 
 
 @jax.tree_util.register_pytree_node_class
@@ -121,11 +121,18 @@ class TileShardedArray:
     @classmethod
     def concatenate(cls, arrays: Sequence[TileShardedArray]) -> TileShardedArray:
         """Join tile sharded arrays along the tile axis (their tiles must differ)."""
-        from jax_ipu.tile.validate import check_tile_arrays
-
         check_tile_arrays(arrays, "TileShardedArray.concatenate")
         tiles = tuple(itertools.chain.from_iterable(a.tiles for a in arrays))
         return cls(jax.numpy.concatenate([a.array for a in arrays], axis=0), tiles)
+
+
+def check_tile_arrays(args: Sequence[Any], what: str) -> None:
+    """Raise unless every arg is a TileShardedArray."""
+    for i, a in enumerate(args):
+        if not isinstance(a, TileShardedArray):
+            kind = type(a).__name__
+            raise type_error(f"{what}: argument {i} is a {kind}, not a TileShardedArray; put it "
+                             "on tiles first with tile_put_sharded or tile_put_replicated")
 
 
 def _short(tiles: Tiles) -> str:

@@ -14,9 +14,9 @@ import numpy as np
 
 from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 from jax_ipu.tile import build
-from jax_ipu.tile.array import TileShardedArray
+from jax_ipu.tile.array import TileShardedArray, check_tile_arrays
 from jax_ipu.tile.ops import composite_call
-from jax_ipu.tile.validate import check_tile_arrays, tile_error
+from jax_ipu.tile.validate import tile_error
 
 _sites = itertools.count(1)
 _lock = threading.Lock()

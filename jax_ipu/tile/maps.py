@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_ipu.tile.array import TileShardedArray
+from jax_ipu.tile.array import TileShardedArray, check_tile_arrays
 from jax_ipu.tile.ops import composite_call
-from jax_ipu.tile.validate import Tiles, check_tile_arrays, check_tiles, tile_error, type_error
+from jax_ipu.tile.validate import Tiles, check_tiles, tile_error, type_error
 
 _ACCURACY = {"accuracy": None}
 _SHARDING = {"out_sharding": None}

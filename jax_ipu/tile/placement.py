@@ -11,9 +11,9 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jax_ipu.tile.array import TileShardedArray
+from jax_ipu.tile.array import TileShardedArray, check_tile_arrays
 from jax_ipu.tile.ops import composite_call
-from jax_ipu.tile.validate import check_tile_arrays, check_tiles, tile_error, type_error
+from jax_ipu.tile.validate import check_tiles, tile_error, type_error
 
 
 def _source(x: Any, what: str) -> tuple[Any, tuple[int, ...]]:

@@ -1,11 +1,9 @@
-"""Trace-time checks of tile-level calls: tile ids against the chip, counts, TileShardedArray args.
-
-Each error names the problem, the fix and the user's line (the first frame outside jax/jax_ipu)."""
+"""Trace-time checks of tile-level calls (tile ids against the chip, counts) and the errors they
+raise, each naming the problem, the fix and the user's line (compiler.frames' rule)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -77,14 +75,3 @@ def check_tiles(tiles: Any, what: str, count: int | None = None) -> Tiles:
                          f"{version} IPU Model has {limit} tiles (jax_ipu_model_num_tiles, "
                          "jax_ipu_model_version)")
     return result
-
-
-def check_tile_arrays(args: Sequence[Any], what: str) -> None:
-    """Raise unless every arg is a TileShardedArray."""
-    from jax_ipu.tile.array import TileShardedArray
-
-    for i, a in enumerate(args):
-        if not isinstance(a, TileShardedArray):
-            kind = type(a).__name__
-            raise type_error(f"{what}: argument {i} is a {kind}, not a TileShardedArray; put it "
-                             "on tiles first with tile_put_sharded or tile_put_replicated")
