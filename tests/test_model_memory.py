@@ -304,7 +304,7 @@ def test_vertex_state_is_a_descriptor_and_a_pointer_per_field():
     # b, c and the result
     code = _code(lambda a, b, c: a * b + c, *[_spec(16, 32)] * 3, tiles=16)
     assert code["vertex state"] == 16 * (VERTEX_DESCRIPTOR_BYTES + 4 * POINTER_BYTES) == 384
-    assert code["vertex code"] == 16 * 2 * VERTEX_CODE_BYTES_PER_KIND  # multiply, add
+    assert code["vertex code"] == 16 * 2 * VERTEX_CODE_BYTES_PER_KIND == 32768  # multiply, add
 
 
 def test_exchange_code_is_set_up_and_an_instruction_per_message():
@@ -322,9 +322,9 @@ def test_amp_vertex_carries_worklists_and_receives_from_each_holder():
     code = _code(lambda a, b: a @ b, _spec(64, 64, dtype=jnp.float16),
                  _spec(64, 64, dtype=jnp.float16), tiles=16)
     assert code["exchange code"] == 16 * (EXCHANGE_CODE_BYTES_PER_STEP +
-                                          7 * EXCHANGE_CODE_BYTES_PER_INSTRUCTION)
+                                          7 * EXCHANGE_CODE_BYTES_PER_INSTRUCTION) == 16 * 44
     assert code["vertex state"] == 16 * (VERTEX_DESCRIPTOR_BYTES + 3 * POINTER_BYTES +
-                                         6 * AMP_WORKLIST_BYTES)
+                                         6 * AMP_WORKLIST_BYTES) == 16 * 56
 
 
 def test_identical_ops_share_their_code():
@@ -337,7 +337,8 @@ def test_identical_ops_share_their_code():
     assert two["exchange code"] == one["exchange code"]
     # the first product's steps take CONTROL_CODE_BYTES_PER_STEP of control code on each
     # tile, the second's a call
-    assert one["control code"] == 16 * (CONTROL_CODE_BYTES_PER_TILE + CONTROL_CODE_BYTES_PER_STEP)
+    assert one["control code"] == 16 * (CONTROL_CODE_BYTES_PER_TILE +
+                                        CONTROL_CODE_BYTES_PER_STEP) == 16 * 8208
     assert two["control code"] == one["control code"] + 16 * POINTER_BYTES
 
 
