@@ -20,9 +20,8 @@ from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.runtime.client import IpuClient, Settings
 from jax_ipu.runtime.cluster import Cluster
-from jax_ipu.runtime.device import IpuDevice
+from jax_ipu.runtime.device import IpuDevice, IpuMemory
 from jax_ipu.runtime.executable import IpuExecutable
-from jax_ipu.runtime.memory import IpuMemory
 from jax_ipu.runtime.plan import ExecutePlan
 
 logger = logging.getLogger(__name__)

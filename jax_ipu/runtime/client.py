@@ -23,9 +23,8 @@ from jax_ipu.model.streaming import UNPINNED_HOST, move
 from jax_ipu.model.targets import Target
 from jax_ipu.runtime import serialized
 from jax_ipu.runtime.cluster import Cluster
-from jax_ipu.runtime.device import IpuDevice
+from jax_ipu.runtime.device import IpuDevice, IpuMemory
 from jax_ipu.runtime.executable import IpuExecutable
-from jax_ipu.runtime.memory import IpuMemory
 
 logger = logging.getLogger(__name__)
 
