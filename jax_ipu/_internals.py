@@ -163,8 +163,6 @@ DeviceAssignment = _attr(_xla_client, "DeviceAssignment")
 DeviceList = _attr(_xla_client, "DeviceList")
 PrimitiveType = _attr(_xla_client, "PrimitiveType")  # XLA's element types, in HloModuleProtos
 register_mlir_dialects = _attr(_mlir_ext, "register_dialects")
-# StableHLO bytes -> XlaComputation (HLO), as jaxlib itself converts programs.
-mlir_module_to_xla_computation = _attr(_jax, "mlir.mlir_module_to_xla_computation")
 
 
 # ---- jaxlib: a DeviceAssignment is only readable serialized (DeviceAssignmentProto) ---------

@@ -138,3 +138,16 @@ def test_compiled_entry_layout_is_xla_cpus_with_kinds_and_tiles():
     assert layouts["ipu"][0] == layouts["cpu"][0]
     assert "S(5)" in layouts["ipu"][0] and "T(8,128)" in layouts["ipu"][0]
     assert [f.layout for f in layouts["ipu"][1]] == [f.layout for f in layouts["cpu"][1]]
+
+
+def test_compiled_text_of_one_device_is_xla_cpus_optimized_module_as_on_cpu():
+    """jax reads back XLA:CPU's optimized module of a one-device program, as cpu answers for
+    its own: the same fusions, entry computation and layouts."""
+    f = jax.jit(lambda a: jax.numpy.sin(a) * 2 + a.T)
+
+    def entry(platform: str) -> str:
+        text = f.lower(jax.device_put(X[:, :16], jax.devices(platform)[0])).compile().as_text()
+        return text[text.index("\nENTRY "):]
+
+    assert entry("ipu") == entry("cpu")
+    assert "fusion(" in entry("ipu")

@@ -7,14 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from jax_ipu.compiler import numerics
-from jax_ipu.compiler.hlo import to_hlo
 from jax_ipu.compiler.judge import judge_partitioned, judge_program
 from jax_ipu.compiler.partitioned import entry_result_types
 from jax_ipu.compiler.program import lent_context, parse, read_program
@@ -23,8 +21,6 @@ from jax_ipu.model.report import ProgramReport
 from jax_ipu.model.targets import Target
 
 logger = logging.getLogger(__name__)
-
-_CONVERSIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jax_ipu-hlo")
 
 
 @dataclass
@@ -36,7 +32,6 @@ class Compiled:
     cpu_executable: Any
     assignment: np.ndarray  # device ids by (replica, partition)
     outputs: tuple[TensorType, ...]  # what each device's execution returns
-    hlo_module: bytes | None = None  # a one-device program as HLO, for jax to read back (hlo.py)
 
 
 def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
@@ -57,12 +52,6 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
         # jax_ipu.tile's cycle counters return the model's count at their point of the program
         # (XLA:CPU compiles the module so stamped).
         numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
-        # What jax reads back of a one-device program (its layouts, as_text()), made by jaxlib's
-        # C++ without the GIL while XLA:CPU builds the numerics on this thread. Not for a
-        # program that calls the host: answered so, jaxlib let go of its executable, and so of
-        # the user's callables, only some time after jax dropped it.
-        hlo_module = _CONVERSIONS.submit(to_hlo, code) \
-            if assignment.size == 1 and not numerics.calls_host(code) else None
         cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
                                         cpu_device_of)
         del module  # nothing of the context outlives the compile that borrowed it
@@ -75,18 +64,7 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s, partitioned %.3f s",
                  program.name, read - start, judged - read, built - judged,
                  time.perf_counter() - built)
-    return Compiled(program, report, cpu_executable, assignment, outputs,
-                    _converted(hlo_module, program.name))
-
-
-def _converted(pending: Future[bytes] | None, name: str) -> bytes | None:
-    """The HLO of a program, or None when jaxlib could not convert it (the executable then
-    answers its StableHLO, with its entry layouts)."""
-    try:
-        return pending.result() if pending else None
-    except Exception:  # noqa: BLE001 - the program compiled; only the read-back is slower
-        logger.info("%s: no HLO for jax to read back", name, exc_info=True)
-        return None
+    return Compiled(program, report, cpu_executable, assignment, outputs)
 
 
 def load(options: bytes, cpu_executable: bytes, program: Program, report: ProgramReport,

@@ -4,6 +4,7 @@ compiler/program.py builds it from StableHLO; model/ reads it without importing 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,9 +95,9 @@ class Op:
     # primitive's one-tile program, costed on one tile. Empty for every other op.
     vertex_ops: list[Op] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def kind(self) -> str:
-        """The op name without its dialect ('stablehlo.add' -> 'add')."""
+        """The op name without its dialect ('stablehlo.add' -> 'add'); asked for often."""
         return self.name.split(".", 1)[-1]
 
     def walk(self):

@@ -208,17 +208,16 @@ class IpuExecutable:
         """What jax reads back as the compiled program (Executable_OptimizedProgram), with the
         entry layouts XLA:CPU compiled it with: (PJRT program format, bytes).
 
-        Of one device, the program jax sent, which is what the model judged: as HLO when the
-        compile converted it (jaxlib reads that without an MLIR context of its own), else as
-        StableHLO. Of several, what one device runs after XLA's SPMD partitioner (jaxlib cannot
-        print the Shardy program)."""
+        Of one device, XLA:CPU's optimized module, as cpu answers for its own executables (the
+        model judged the program jax sent: jax_ipu.report lists its ops); as the program jax
+        sent for one that calls the host (answered as HLO, jaxlib let go of its executable, and
+        so of the user's callables, only some time after jax dropped it). Of several, what one
+        device runs after XLA's SPMD partitioner (jaxlib cannot print the Shardy program)."""
         if len(self.devices) > 1:
             return "mlir", numerics.with_entry_layouts(self.partitioned_program(), *self.layouts)
-        if self.compiled.hlo_module is not None:
-            answer = hlo.hlo_with_config(self.compiled.hlo_module, self.cpu_executable,
-                                         self.num_replicas, self.num_partitions)
-            if answer is not None:
-                return "hlo_with_config", answer
+        if not numerics.calls_host(self.code):
+            return "hlo_with_config", hlo.hlo_with_config(self.cpu_executable, self.num_replicas,
+                                                          self.num_partitions)
         return "mlir", numerics.with_entry_layouts(self.code, *self.layouts)
 
     def partitioned_program(self) -> bytes:
