@@ -180,12 +180,18 @@ class IpuExecutable:
         replicated sharding places shard d on device d for any shard shape; the executable, not
         the sharding, decides what the shards mean, so the shards need not be equal."""
         joined = []
-        for shards, kind in zip(zip(*per_device, strict=True), self.parameter_kinds,
-                                strict=True):
+        for shards, sharding in zip(zip(*per_device, strict=True), self._argument_shardings,
+                                    strict=True):
             aval = jax.core.ShapedArray(shards[0].shape, shards[0].dtype)
-            joined.append(_internals.ArrayImpl(aval, _replicated(self._cpu_devices, kind),
-                                               list(shards), committed=True, _skip_checks=True))
+            joined.append(_internals.ArrayImpl(aval, sharding, list(shards), committed=True,
+                                               _skip_checks=True))
         return joined
+
+    @functools.cached_property
+    def _argument_shardings(self) -> tuple[Any, ...]:
+        """Per argument: the replicated sharding of its memory kind over this process's CPU
+        devices (made once, not on every call)."""
+        return tuple(_replicated(self._cpu_devices, kind) for kind in self.parameter_kinds)
 
     # ---- what jax asks about the program ----
     def shardings(self, which: str) -> list[bytes]:
