@@ -165,6 +165,22 @@ PrimitiveType = _attr(_xla_client, "PrimitiveType")  # XLA's element types, in H
 register_mlir_dialects = _attr(_mlir_ext, "register_dialects")
 
 
+# ---- jax and jaxlib: the remote IPU Model (jax_ipu/remote) ----------------------------------
+_sharding_impls = _module("jax._src.sharding_impls")
+# Registers a backend made by a factory (the IFRT proxy client) under a platform name.
+register_backend_factory = _attr(_xla_bridge, "register_backend_factory",
+                                 ("name", "factory", "priority", "fail_quietly"))
+# A sharding given by devices and an xla.OpSharding: what the server makes of an IFRT HloSharding.
+GSPMDSharding = _attr(_sharding_impls, "GSPMDSharding")
+_to_hlo = _attr(_sharding_impls, "GSPMDSharding._to_xla_hlo_sharding", ("num_dimensions",))
+OpSharding = _attr(_xla_client, "OpSharding")
+
+
+def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:
+    """The xla HloSharding of a jax sharding for an array of `num_dimensions`."""
+    return sharding._to_xla_hlo_sharding(num_dimensions)
+
+
 # ---- jaxlib: a DeviceAssignment is only readable serialized (DeviceAssignmentProto) ---------
 def device_assignment_columns(assignment: Any) -> list[list[int]]:
     """Device ids of a jaxlib DeviceAssignment, one list of replica devices per partition.
