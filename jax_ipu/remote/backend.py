@@ -261,7 +261,7 @@ def to_host(array: Any, byte_strides: Sequence[int] | None) -> memoryview:
     """An array's bytes for a host buffer: dense row-major, or laid out in `byte_strides`."""
     value = np.asarray(array)
     if byte_strides is None:
-        return memoryview(np.ascontiguousarray(value)).cast("B")
+        return memoryview(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
     strides = tuple(byte_strides)
     if len(strides) != value.ndim or any(s < 0 for s in strides):
         raise ProtocolError(f"byte strides {list(strides)} do not fit {value.dtype.name}"
