@@ -112,15 +112,19 @@ class Client:
         if devices is not None:
             extra["JAX_IPU_REMOTE_DEVICES"] = str(devices)
         extra.update(env or {})
+        # Started here, waited for at the first snippet: clients made together start together.
         self.proc = subprocess.Popen([sys.executable, "-c", _DRIVER], env=_base_env(extra),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
-        line = _read_line(self.proc, START_TIMEOUT)
-        if line.strip() != "ready":
-            raise AssertionError(f"the client did not start: {line!r}")
+        self._ready = False
 
     def run(self, code: str, timeout: float = CALL_TIMEOUT) -> Any:
         """Run `code`; its `result`, or RemoteError with what it raised."""
+        if not self._ready:
+            line = _read_line(self.proc, START_TIMEOUT)
+            if line.strip() != "ready":
+                raise AssertionError(f"the client did not start: {line!r}")
+            self._ready = True
         assert self.proc.poll() is None, "the client process has exited"
         self.proc.stdin.write(json.dumps(textwrap.dedent(code)) + "\n")
         self.proc.stdin.flush()
@@ -199,3 +203,101 @@ def client(server: Server) -> Iterator[Client]:
         yield c
     finally:
         c.close()
+
+
+class RawSession:
+    """A session opened by hand, with grpcio and the schema jaxlib embeds, for what jaxlib's
+    client never sends: requests are messages built by the test, answers come back parsed."""
+
+    SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
+
+    def __init__(self, address: str, token: str | None = None, devices: int | None = None,
+                 protocol: int = 23) -> None:
+        import queue
+        import threading
+
+        import grpc
+
+        from jax_ipu.remote import schema
+
+        self.schema = schema.load()
+        self.m = self.schema.message
+        self.channel = grpc.insecure_channel(address.removeprefix("grpc://"))
+        metadata = self.m("xla.ifrt.proxy.GrpcIfrtSessionMetadata")()
+        metadata.version.protocol_version = protocol
+        metadata.version.ifrt_serdes_version_number = schema.SESSION_SERDES
+        if token is not None:
+            metadata.initialization_data.attributes["token"].string_value = token.encode()
+        if devices is not None:
+            metadata.initialization_data.attributes["devices"].int64_value = devices
+        self._outbox: queue.Queue = queue.Queue()
+        self.answers: queue.Queue = queue.Queue()
+        stream = self.channel.stream_stream(self.SERVICE + "IfrtSession",
+                                            request_serializer=_raw, response_deserializer=_raw)
+        self.call = stream(iter(self._outbox.get, None), metadata=[
+            ("ifrt-proxy-grpc-ifrt-session-metadata-bin", metadata.SerializeToString())])
+        threading.Thread(target=self._read, daemon=True).start()
+        self._op = 0
+        self.init = self.request(init_request={})
+
+    def _read(self) -> None:
+        try:
+            for data in self.call:
+                self.answers.put(data)
+        except Exception as exc:  # noqa: BLE001 - the stream's end, as the test sees it
+            self.answers.put(exc)
+        self.answers.put(None)
+
+    def send(self, data: bytes) -> None:
+        self._outbox.put(data)
+
+    def receive(self, timeout: float = 30.0) -> Any:
+        """The next answer (an IfrtResponse), or the exception that ended the stream."""
+        import queue
+
+        try:
+            data = self.answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer in {timeout:.0f} s") from None
+        if not isinstance(data, bytes):
+            return data
+        return self.m("xla.ifrt.proxy.IfrtResponse").FromString(data)
+
+    def request(self, timeout: float = 30.0, **fields: Any) -> Any:
+        """Send one IfrtRequest with these fields (a fresh op_id) and return its answer."""
+        self._op += 1
+        message = self.m("xla.ifrt.proxy.IfrtRequest")(**fields)
+        message.request_metadata.op_id = self._op
+        self.send(message.SerializeToString())
+        answer = self.receive(timeout)
+        assert not isinstance(answer, Exception) and answer is not None, answer
+        assert answer.response_metadata.op_id == self._op, answer
+        return answer
+
+    def unary(self, method: str, data: bytes, metadata: tuple = (), timeout: float = 30.0
+              ) -> bytes:
+        call = self.channel.unary_unary(self.SERVICE + method, request_serializer=_raw,
+                                        response_deserializer=_raw)
+        return call(data, metadata=metadata, timeout=timeout)
+
+    def store(self, handle: int, data: bytes, session_id: int | None = None,
+              size: int | None = None, timeout: float = 30.0) -> bytes:
+        """HostBufferStore of `data` in chunks of 1000 bytes (the metadata may lie)."""
+        metadata = self.m("xla.ifrt.proxy.GrpcHostBufferStoreMetadata")(
+            session_id=self.init.init_response.session_id if session_id is None else session_id,
+            handle=handle, buffer_size=len(data) if size is None else size)
+        Chunk = self.m("xla.ifrt.proxy.GrpcHostBufferStoreRequest")
+        chunks = [Chunk(data=data[i:i + 1000]).SerializeToString()
+                  for i in range(0, len(data), 1000)]
+        call = self.channel.stream_unary(self.SERVICE + "HostBufferStore",
+                                         request_serializer=_raw, response_deserializer=_raw)
+        return call(iter(chunks), timeout=timeout, metadata=[
+            ("ifrt-proxy-grpc-host-buffer-store-metadata-bin", metadata.SerializeToString())])
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self.channel.close()
+
+
+def _raw(data: bytes) -> bytes:
+    return data

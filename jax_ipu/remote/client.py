@@ -42,6 +42,8 @@ def connection_options() -> Any:
     devices = config.value("jax_ipu_remote_devices")
     if devices:
         data[DEVICES_KEY] = devices
+    # No on_disconnect callback: jaxlib calls it from its own thread, and a Python callable
+    # called while the interpreter exits aborts the process.
     options.initialization_data = data
     return options
 

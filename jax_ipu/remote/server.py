@@ -13,6 +13,7 @@ import queue
 import secrets
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ SESSION_HEADER = "ifrt-proxy-grpc-ifrt-session-metadata-bin"
 STORE_HEADER = "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
 CHUNK = 1 << 20  # bytes per HostBufferLookup message, as jaxlib's own server sends them
 MAX_SESSIONS = 32
+# Seconds a stopping server keeps its sessions' streams open, answering every request with its
+# reason, before it closes them: a client's next call gets that error while it is connected (a
+# jaxlib client whose connection is gone may abort on some calls instead; see the docs).
+DRAIN_SECONDS = 5.0
 TOKEN_KEY = "token"  # initialization_data keys a client sends
 DEVICES_KEY = "devices"
 _END = object()
@@ -120,6 +125,7 @@ class IfrtProxyServer:
         self._streams: dict[int, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
         self._stopping: str | None = None
+        self._stopped = threading.Event()
         self._waits = futures.ThreadPoolExecutor(8, thread_name_prefix="ipu-remote-wait")
         self._server: Any = None
         m = self.schema.message
@@ -154,12 +160,23 @@ class IfrtProxyServer:
                     len(self.partitions.device_ids))
         return port
 
-    def stop(self, reason: str, grace: float = 2.0) -> None:
-        """End every session (its clients get `reason` as an error) and stop serving."""
+    def stop(self, reason: str, drain: float = DRAIN_SECONDS, grace: float = 2.0) -> None:
+        """Stop serving: refuse new sessions, answer every request of the open ones with
+        `reason` for up to `drain` seconds (or until their clients leave), then close them."""
         with self._lock:
-            if self._stopping is not None:
-                return
+            first = self._stopping is None
             self._stopping = reason
+            sessions = list(self.sessions.values())
+        if first:
+            logger.info("%s: draining %d session(s) for up to %g s", reason, len(sessions),
+                        drain)
+            for session in sessions:
+                session.drain(reason)
+            deadline = time.monotonic() + drain
+            while self.sessions and time.monotonic() < deadline and not self._stopped.is_set():
+                time.sleep(0.1)
+        self._stopped.set()
+        with self._lock:
             streams = list(self._streams.values())
         for outbox in streams:
             outbox.put(_END)
@@ -320,9 +337,9 @@ class IfrtProxyServer:
             session = self.sessions.pop(session_id, None)
             self._streams.pop(session_id, None)
         if session is not None:
-            session.close(reason)
+            freed = session.close(reason)
             self.partitions.release(session_id)
-            logger.info("session %x closed: %s", session_id, reason)
+            logger.info("session %x closed (%s): %s", session_id, reason, freed)
 
     def _refusal(self, op_id: int, status: Status) -> bytes:
         response = self.schema.message("xla.ifrt.proxy.IfrtResponse")()
@@ -438,10 +455,11 @@ def serve(host: str, port: int, token: str | None, ready: Any = print) -> int:
     stopped = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
+        # The first signal drains the sessions (DRAIN_SECONDS at most), a second one ends now.
         name = signal.Signals(signum).name
         threading.Thread(target=server.stop, args=(
             f"the jax-ipu server at {host}:{bound} is shutting down ({name})",),
-            daemon=True).start()
+            kwargs={"drain": 0.0 if stopped.is_set() else DRAIN_SECONDS}, daemon=True).start()
         stopped.set()
 
     signal.signal(signal.SIGINT, on_signal)
@@ -452,5 +470,6 @@ def serve(host: str, port: int, token: str | None, ready: Any = print) -> int:
     while not stopped.wait(0.5):
         pass
     server.wait()
+    logger.info("stopped")
     return 0
 

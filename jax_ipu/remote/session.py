@@ -108,6 +108,7 @@ class Session:
         self._send_lock = threading.Lock()
         self._state = threading.Lock()  # arrays/executables/futures, shared with wait threads
         self._closed: str | None = None
+        self._draining: str | None = None
         self.Request = self.m("xla.ifrt.proxy.IfrtRequest")
         self.Response = self.m("xla.ifrt.proxy.IfrtResponse")
         self.StatusProto = self.m("tensorflow.StatusProto")
@@ -130,6 +131,8 @@ class Session:
         handler = _HANDLERS.get(which)
         field = which[:-len("_request")] + "_response"
         try:
+            if self._draining is not None and which not in _QUERIES:
+                raise Status("UNAVAILABLE", self._draining)
             if which == "init_request":
                 raise Status("FAILED_PRECONDITION", "the session is initialized already")
             if handler is None:
@@ -180,23 +183,36 @@ class Session:
                 response.response_metadata.seq_num = next(self._seq)
             self._send(response.SerializeToString())
 
-    def close(self, reason: str) -> None:
-        """Free everything the session holds; waits still pending end with `reason`."""
+    def drain(self, reason: str) -> None:
+        """Answer every request from now on with UNAVAILABLE and `reason` (the server is
+        stopping): the client's next call raises that error, while its connection lasts."""
+        self._draining = reason
+
+    def close(self, reason: str) -> str:
+        """Free everything the session holds (waits still pending end with `reason`); what was
+        freed, in words."""
         with self._send_lock:
             self._closed = reason
+        buffered = self.host_buffers.held
         self.host_buffers.close(reason)
-        with self._state:
-            arrays = list(self.arrays.values())
+        with self._state:  # one array may have several handles (a shard of itself)
+            arrays = list({id(a): a for a in self.arrays.values()
+                           if not isinstance(a, Status)}.values())
+            executables = len(self.executables)
             self.arrays.clear()
             self.executables.clear()
             pending = [*self.futures.values(), *self.results.values()]
             self.futures.clear()
             self.results.clear()
+        freed = 0
         for array in arrays:
-            if not isinstance(array, Status) and not array.is_deleted():
+            if not array.is_deleted():
+                freed += array.nbytes
                 array.delete()
         for future in pending:
             future.cancel()
+        return (f"freed {len(arrays)} arrays ({freed} bytes), {executables} executables, "
+                f"{buffered} bytes of host buffers")
 
     # ---- handles ----
     def _new_handle(self) -> int:
@@ -656,6 +672,10 @@ def _op_id_of(data: bytes) -> int:
         return 0
     return int.from_bytes(op_id, "little") if len(op_id) == 8 else 0
 
+
+# Requests a draining session still answers: questions about the devices, whose error jaxlib's
+# client does not handle (it aborts the process).
+_QUERIES = frozenset({"get_default_layout_request", "get_default_device_assignment_request"})
 
 _HANDLERS: dict[str, Callable[[Session, Any], Any]] = {
     "check_future_request": Session._check_future,
