@@ -167,9 +167,6 @@ register_mlir_dialects = _attr(_mlir_ext, "register_dialects")
 
 # ---- jax and jaxlib: the remote IPU Model (jax_ipu/remote) ----------------------------------
 _sharding_impls = _module("jax._src.sharding_impls")
-# Registers a backend made by a factory (the IFRT proxy client) under a platform name.
-register_backend_factory = _attr(_xla_bridge, "register_backend_factory",
-                                 ("name", "factory", "priority", "fail_quietly"))
 # A sharding given by devices and an xla.OpSharding: what the server makes of an IFRT HloSharding.
 GSPMDSharding = _attr(_sharding_impls, "GSPMDSharding")
 _to_hlo = _attr(_sharding_impls, "GSPMDSharding._to_xla_hlo_sharding", ("num_dimensions",))

@@ -27,6 +27,15 @@ from jax_ipu.runtime.client import find_device, find_executable
 REPORT_KEY = "ipu_report"
 
 
+# What a jax_ipu.tile program calls: vertices built and registered as XLA FFI handlers in the
+# process that traced them, which a server does not have.
+TILE_MARKERS = (b"jax_ipu_vertex_", b"jax_ipu_cycle_count", b"jax_ipu.tile_")
+NO_TILE_PROGRAMS = (
+    "jax_ipu.tile programs cannot run on a remote IPU Model: their vertices are C++ built on the "
+    "client and registered as XLA FFI handlers in its process, which the server cannot load. "
+    "Run tile programs on a local IPU Model (unset JAX_IPU_REMOTE).")
+
+
 @functools.lru_cache(maxsize=1024)
 def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return jax.core.ShapedArray(shape, dtype)
@@ -109,6 +118,8 @@ class Backend:
     # ---- executables ----
     def compile(self, code: bytes, options: bytes, allowed: frozenset[int]) -> Executable:
         """The program compiled for the devices its options assign, all in `allowed`."""
+        if any(marker in code for marker in TILE_MARKERS):
+            raise NotImplementedError(NO_TILE_PROGRAMS)
         try:
             compile_options = _internals.CompileOptions.ParseFromString(options)
         except Exception:  # noqa: BLE001 - jaxlib's parse error

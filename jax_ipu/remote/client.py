@@ -38,7 +38,7 @@ def connection_options() -> Any:
     data: dict[str, Any] = {}
     token = config.value("jax_ipu_remote_token")
     if token:
-        data[TOKEN_KEY] = token
+        data[TOKEN_KEY] = token.encode()  # jaxlib takes bytes, bool or int values
     devices = config.value("jax_ipu_remote_devices")
     if devices:
         data[DEVICES_KEY] = devices
@@ -66,11 +66,10 @@ def connect() -> Any:
 
 def register(platform: str, priority: int) -> None:
     """Make `platform` the remote IPU Model (in place of the local plugin)."""
-    from jax_ipu import _internals
+    from jax.extend.backend import register_backend_factory
 
     address()  # a malformed address is refused now, naming the flag
-    _internals.register_backend_factory(platform, connect, priority=priority,
-                                        fail_quietly=False)
+    register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
 
 
 def is_remote(backend: Any) -> bool:
