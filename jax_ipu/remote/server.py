@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import queue
 import secrets
 import signal
 import threading
@@ -18,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from jax_ipu.errors import IpuError
 from jax_ipu.protowire import WireError, fields
@@ -39,7 +40,6 @@ MAX_SESSIONS = 32
 DRAIN_SECONDS = 5.0
 TOKEN_KEY = "token"  # initialization_data keys a client sends
 DEVICES_KEY = "devices"
-_END = object()
 
 
 class ServeError(IpuError):
@@ -122,11 +122,9 @@ class IfrtProxyServer:
         self.host, self.port = host, port
         self.max_sessions = max_sessions
         self.sessions: dict[int, Session] = {}
-        self._streams: dict[int, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
         self._stopping: str | None = None
         self._stopped = threading.Event()
-        self._waits = futures.ThreadPoolExecutor(8, thread_name_prefix="ipu-remote-wait")
         self._server: Any = None
         m = self.schema.message
         self._VersionRequest = m("xla.ifrt.proxy.GrpcGetVersionRequest")
@@ -176,13 +174,8 @@ class IfrtProxyServer:
             while self.sessions and time.monotonic() < deadline and not self._stopped.is_set():
                 time.sleep(0.1)
         self._stopped.set()
-        with self._lock:
-            streams = list(self._streams.values())
-        for outbox in streams:
-            outbox.put(_END)
         if self._server is not None:
             self._server.stop(grace).wait(grace + 5)
-        self._waits.shutdown(wait=False, cancel_futures=True)
 
     def wait(self) -> None:
         if self._server is not None:
@@ -233,7 +226,8 @@ class IfrtProxyServer:
 
     # ---- IfrtSession ----
     def ifrt_session(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
-        """One client's session: its InitRequest answered, then every request in order."""
+        """One client's session: its InitRequest answered, then every request in order, on
+        this one thread (a request read, answered and sent without changing threads)."""
         try:
             first = next(requests)
         except Exception:  # noqa: BLE001 - the client went away before asking anything
@@ -249,46 +243,21 @@ class IfrtProxyServer:
             if request.WhichOneof("request") != "init_request":
                 raise Status("FAILED_PRECONDITION",
                              "a session's first request must be an InitRequest")
-            options = self._session_options(context)
-            session = self._open(session_id, options)
+            session = self._open(session_id, self._session_options(context))
         except Exception as exc:  # noqa: BLE001 - refused: answered, then the stream ends
             yield self._refusal(op_id, status_of(exc))
             return
+        # A client gone while a request waits for a host buffer: the wait ends.
+        context.add_callback(lambda: session.host_buffers.close("the client disconnected"))
+        reason = "the session ended"
         try:
-            init = session.init_response(op_id, self.backend.client.platform_version)
-        except Exception as exc:  # noqa: BLE001
-            self._close(session_id, "the session could not start")
-            yield self._refusal(op_id, status_of(exc))
-            return
-        outbox: queue.SimpleQueue = queue.SimpleQueue()
-        with self._lock:
-            self._streams[session_id] = outbox
-        context.add_callback(lambda: outbox.put(_END))
-        try:
-            yield init
-            session._send = outbox.put
-            worker = threading.Thread(target=self._serve_requests,
-                                      args=(session, requests, outbox),
-                                      name=f"ipu-remote-session-{session_id:x}", daemon=True)
-            worker.start()
-            while True:
-                item = outbox.get()
-                if item is _END:
-                    break
-                yield item
-            if self._stopping is not None:
-                _abort(context, Status("UNAVAILABLE", self._stopping))
-        finally:
-            self._close(session_id, self._stopping or "the session ended")
-
-    def _serve_requests(self, session: Session, requests: Iterator[bytes],
-                        outbox: queue.SimpleQueue) -> None:
-        try:
+            yield session.init_response(op_id, self.backend.client.platform_version)
             for data in requests:
-                session.handle(data)
+                yield session.handle(data)
         except Exception as exc:  # noqa: BLE001 - the client disconnected or was killed
-            logger.info("session %x: stream ended: %s", session.session_id, exc)
-        outbox.put(_END)
+            reason = f"the stream ended: {type(exc).__name__} {exc}".strip()
+        finally:
+            self._close(session_id, self._stopping or reason)
 
     def _session_options(self, context: Any) -> dict[str, Any]:
         raw = dict(context.invocation_metadata()).get(SESSION_HEADER)
@@ -326,8 +295,7 @@ class IfrtProxyServer:
                 raise Status("RESOURCE_EXHAUSTED", f"this server has {len(self.sessions)} "
                              f"sessions, its limit: try again when one ends")
             partition = self.partitions.take(session_id, count)
-            session = Session(self.schema, self.backend, session_id, partition.device_ids,
-                              _dropped, self._waits)
+            session = Session(self.schema, self.backend, session_id, partition.device_ids)
             self.sessions[session_id] = session
         logger.info("session %x opened on devices %s", session_id, partition.device_ids)
         return session
@@ -335,7 +303,6 @@ class IfrtProxyServer:
     def _close(self, session_id: int, reason: str) -> None:
         with self._lock:
             session = self.sessions.pop(session_id, None)
-            self._streams.pop(session_id, None)
         if session is not None:
             freed = session.close(reason)
             self.partitions.release(session_id)
@@ -366,7 +333,7 @@ class IfrtProxyServer:
             if size < 0:
                 raise HostBufferError("INVALID_ARGUMENT", f"buffer_size {size}")
             session.host_buffers.reserve(size)
-            buffer = bytearray(size)
+            buffer = np.empty(size, np.uint8)  # filled below: no need to zero it first
             filled = 0
             for chunk in chunks:
                 for number, value in fields(chunk):
@@ -382,7 +349,7 @@ class IfrtProxyServer:
             if filled != size:
                 raise HostBufferError("DATA_LOSS", f"host buffer {metadata.handle}: {filled} "
                                       f"of its {size} bytes arrived")
-            session.host_buffers.store(metadata.handle, memoryview(buffer))
+            session.host_buffers.store(metadata.handle, memoryview(buffer).cast("B"))
         except (HostBufferError, WireError) as exc:
             _abort(context, status_of(exc))
         return b""
@@ -399,7 +366,7 @@ class IfrtProxyServer:
             yield b""
         for start in range(0, len(view), CHUNK):
             chunk = view[start:start + CHUNK]
-            yield b"\n" + _varint(len(chunk)) + chunk.tobytes()
+            yield b"".join((b"\n", _varint(len(chunk)), chunk))  # one copy of the bytes
 
     def host_buffer_delete(self, data: bytes, context: Any) -> bytes:
         request = self._parse(self._DeleteRequest, data, context)
@@ -423,10 +390,6 @@ class IfrtProxyServer:
             _abort(context, Status("INVALID_ARGUMENT",
                                    f"the request is not a {cls.DESCRIPTOR.full_name}"))
         return message
-
-
-def _dropped(_: bytes) -> None:
-    """Where a session's answers go before its stream is ready (none are made then)."""
 
 
 def _abort(context: Any, status: Status) -> None:

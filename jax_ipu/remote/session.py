@@ -2,9 +2,9 @@
 IfrtRequest, in order.
 
 Every request gets exactly one IfrtResponse: its result, or a StatusProto with the error's code
-(the local plugin's INVALID_ARGUMENT or RESOURCE_EXHAUSTED stay what they are). Waiting requests
-(a value not computed yet, a host buffer on its way) are answered when they can be, from a pool,
-so that later requests keep flowing."""
+(the local plugin's INVALID_ARGUMENT or RESOURCE_EXHAUSTED stay what they are). A request that
+waits (for a value being computed, a host buffer on its way) waits in line: what it waits for
+never depends on a later request of the session, since host callbacks are refused."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
@@ -75,21 +74,11 @@ def status_of(exc: BaseException) -> Status:
     return Status("INTERNAL", f"jax-ipu server internal error: {type(exc).__name__}: {text}")
 
 
-def _done(value: Any = None, error: Status | None = None) -> Future:
-    future: Future = Future()
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-    return future
-
-
 class Session:
     """The state of one IfrtSession stream and its handlers, one per request type."""
 
     def __init__(self, schema: Schema, backend: Backend, session_id: int,
-                 device_ids: Sequence[int], send: Callable[[bytes], None],
-                 waits: Executor) -> None:
+                 device_ids: Sequence[int]) -> None:
         self.m = schema.message
         self.codec = Codec(schema)
         self.backend = backend
@@ -99,35 +88,32 @@ class Session:
         self.host_buffers = HostBuffers()
         self.arrays: dict[int, Any] = {}  # handle -> jax Array, or the Status it failed with
         self.executables: dict[int, Executable] = {}
-        self.futures: dict[int, Future] = {}  # check_future handles
-        self.results: dict[int, Future] = {}  # execute status handles
-        self._send = send
-        self._waits = waits
+        # check_future handles: None (done) or the Status the future failed with
+        self.futures: dict[int, Status | None] = {}
+        # execute status handles: the outputs to wait for, or the Status the call failed with
+        self.results: dict[int, list[Any] | Status] = {}
         self._handles = itertools.count(SERVER_HANDLES)
         self._seq = itertools.count()
-        self._send_lock = threading.Lock()
-        self._state = threading.Lock()  # arrays/executables/futures, shared with wait threads
-        self._closed: str | None = None
+        self._state = threading.Lock()  # arrays, executables: the close() of another thread
         self._draining: str | None = None
         self.Request = self.m("xla.ifrt.proxy.IfrtRequest")
         self.Response = self.m("xla.ifrt.proxy.IfrtResponse")
         self.StatusProto = self.m("tensorflow.StatusProto")
 
     # ---- the stream ----
-    def handle(self, data: bytes) -> None:
-        """Answer one serialized IfrtRequest (now, or when what it waits for is done)."""
+    def handle(self, data: bytes) -> bytes:
+        """The answer to one serialized IfrtRequest."""
         request = self.Request()
         try:
             request.ParseFromString(data)
         except Exception:  # noqa: BLE001 - any protobuf decode failure
-            self._answer(_op_id_of(data), None, Status(
+            return self._answer(_op_id_of(data), None, Status(
                 "INVALID_ARGUMENT", "the request is not an xla.ifrt.proxy.IfrtRequest"))
-            return
         op_id = request.request_metadata.op_id
         which = request.WhichOneof("request")
         if which is None:
-            self._answer(op_id, None, Status("INVALID_ARGUMENT", "the request names no operation"))
-            return
+            return self._answer(op_id, None, Status("INVALID_ARGUMENT",
+                                                    "the request names no operation"))
         handler = _HANDLERS.get(which)
         field = which[:-len("_request")] + "_response"
         try:
@@ -139,12 +125,8 @@ class Session:
                 raise Status("UNIMPLEMENTED", f"{which} is not served by the jax-ipu server")
             result = handler(self, getattr(request, which))
         except Exception as exc:  # noqa: BLE001 - every failure is an answer
-            self._answer(op_id, field, status_of(exc))
-            return
-        if isinstance(result, Future):
-            result.add_done_callback(lambda f: self._answer_future(op_id, field, f))
-        else:
-            self._answer(op_id, field, result)
+            result = status_of(exc)
+        return self._answer(op_id, field, result)
 
     def init_response(self, op_id: int, platform_version: str) -> bytes:
         """The answer to the session's first request, InitRequest."""
@@ -154,21 +136,7 @@ class Session:
         self._fill_init(response.init_response, platform_version)
         return response.SerializeToString()
 
-    def refuse(self, op_id: int, status: Status) -> bytes:
-        """An error answer outside a session (a refused InitRequest)."""
-        response = self.Response()
-        response.response_metadata.op_id = op_id
-        response.response_metadata.status.code = CODES[status.code]
-        response.response_metadata.status.message = status.message
-        return response.SerializeToString()
-
-    def _answer_future(self, op_id: int, field: str, future: Future) -> None:
-        try:
-            self._answer(op_id, field, future.result())
-        except Exception as exc:  # noqa: BLE001
-            self._answer(op_id, field, status_of(exc))
-
-    def _answer(self, op_id: int, field: str | None, result: Any) -> None:
+    def _answer(self, op_id: int, field: str | None, result: Any) -> bytes:
         response = self.Response()
         response.response_metadata.op_id = op_id
         if isinstance(result, Status):
@@ -176,12 +144,8 @@ class Session:
             response.response_metadata.status.message = result.message
         else:
             getattr(response, field).CopyFrom(result)
-        with self._send_lock:
-            if self._closed is not None:
-                return
-            if not isinstance(result, Status):
-                response.response_metadata.seq_num = next(self._seq)
-            self._send(response.SerializeToString())
+            response.response_metadata.seq_num = next(self._seq)
+        return response.SerializeToString()
 
     def drain(self, reason: str) -> None:
         """Answer every request from now on with UNAVAILABLE and `reason` (the server is
@@ -189,10 +153,8 @@ class Session:
         self._draining = reason
 
     def close(self, reason: str) -> str:
-        """Free everything the session holds (waits still pending end with `reason`); what was
-        freed, in words."""
-        with self._send_lock:
-            self._closed = reason
+        """Free everything the session holds (a wait for a host buffer ends with `reason`);
+        what was freed, in words."""
         buffered = self.host_buffers.held
         self.host_buffers.close(reason)
         with self._state:  # one array may have several handles (a shard of itself)
@@ -201,7 +163,6 @@ class Session:
             executables = len(self.executables)
             self.arrays.clear()
             self.executables.clear()
-            pending = [*self.futures.values(), *self.results.values()]
             self.futures.clear()
             self.results.clear()
         freed = 0
@@ -209,8 +170,6 @@ class Session:
             if not array.is_deleted():
                 freed += array.nbytes
                 array.delete()
-        for future in pending:
-            future.cancel()
         return (f"freed {len(arrays)} arrays ({freed} bytes), {executables} executables, "
                 f"{buffered} bytes of host buffers")
 
@@ -272,15 +231,11 @@ class Session:
             raise Status("NOT_FOUND", f"unknown loaded executable handle {handle}")
         return found
 
-    def _future_handle(self, future: Future) -> int:
+    def _future_handle(self, error: Status | None = None) -> int:
+        """A check_future handle, done already (with `error`, if any)."""
         handle = self._new_handle()
-        with self._state:
-            self.futures[handle] = future
+        self.futures[handle] = error
         return handle
-
-    def _wait(self, work: Callable[[], Any]) -> Future:
-        """`work` (which may block until a value is computed) on the waits pool."""
-        return self._waits.submit(work)
 
     # ---- init ----
     def _fill_init(self, out: Any, platform_version: str) -> None:
@@ -310,22 +265,17 @@ class Session:
 
     # ---- futures and readiness ----
     def _check_future(self, req: Any) -> Any:
-        with self._state:
-            future = self.futures.pop(req.future_handle, None)
-        if future is None:
+        if req.future_handle not in self.futures:
             raise Status("NOT_FOUND", f"unknown future handle {req.future_handle}")
-        empty = self.m("xla.ifrt.proxy.CheckFutureResponse")()
-        if future.done():
-            future.result()
-            return empty
-        return self._wait(lambda: (future.result(), empty)[1])
+        error = self.futures.pop(req.future_handle)
+        if error is not None:
+            raise error
+        return self.m("xla.ifrt.proxy.CheckFutureResponse")()
 
     def _check_value_ready(self, req: Any) -> Any:
-        arrays = self._arrays(req.value_handles)
-        empty = self.m("xla.ifrt.proxy.CheckValueReadyResponse")()
-        if all(a.is_ready() for a in arrays):
-            return empty
-        return self._wait(lambda: ([a.block_until_ready() for a in arrays], empty)[1])
+        for array in self._arrays(req.value_handles):
+            array.block_until_ready()
+        return self.m("xla.ifrt.proxy.CheckValueReadyResponse")()
 
     # ---- arrays from and to the host ----
     def _make_array_from_host_buffer(self, req: Any) -> Any:
@@ -392,14 +342,8 @@ class Session:
     def _copy_to_host_buffer(self, req: Any) -> Any:
         array = self.array(req.array_handle)
         strides = list(req.byte_strides.strides) if req.HasField("byte_strides") else None
-        empty = self.m("xla.ifrt.proxy.CopyToHostBufferResponse")()
-
-        def copy() -> Any:
-            self.host_buffers.store(req.host_buffer_handle,
-                                    backend_mod.to_host(array, strides))
-            return empty
-
-        return copy() if array.is_ready() else self._wait(copy)
+        self.host_buffers.store(req.host_buffer_handle, backend_mod.to_host(array, strides))
+        return self.m("xla.ifrt.proxy.CopyToHostBufferResponse")()
 
     # ---- arrays over devices ----
     def _assemble_array_from_single_device_arrays(self, req: Any) -> Any:
@@ -457,9 +401,8 @@ class Session:
                 self.array(handle).delete()
             except Status as status:
                 errors.append(status)
-        future = _done(error=errors[0] if errors else None)
         return self.m("xla.ifrt.proxy.DeleteArrayResponse")(
-            deletion_future_handle=self._future_handle(future))
+            deletion_future_handle=self._future_handle(errors[0] if errors else None))
 
     def _is_array_deleted(self, req: Any) -> Any:
         return self.m("xla.ifrt.proxy.IsArrayDeletedResponse")(
@@ -500,7 +443,7 @@ class Session:
             loaded_executable_handle=handle, name=executable.signature.name,
             num_devices=len(ids), device_ids=ids, addressable_device_ids=ids,
             fingerprint_value=executable.fingerprint,
-            ready_future_handle=self._future_handle(_done()))
+            ready_future_handle=self._future_handle())
 
     def _loaded_executable_metadata(self, req: Any) -> Any:
         exe = self._executable(req.loaded_executable_handle)
@@ -552,15 +495,11 @@ class Session:
             handles = self._fill(list(req.result_array_handle), run)
         except Status as status:
             if status_handle:
-                with self._state:
-                    self.results[status_handle] = _done(error=status)
+                self.results[status_handle] = status
             raise
         if status_handle:
             out.status_handle = status_handle
-            done = _done() if all(a.is_ready() for a in outputs) else self._wait(
-                lambda: [a.block_until_ready() for a in outputs])
-            with self._state:
-                self.results[status_handle] = done
+            self.results[status_handle] = outputs
         if not req.result_array_handle:
             exe = self._executable(req.loaded_executable_handle)
             for handle, array, sharding in zip(handles, outputs, exe.output_shardings,
@@ -582,15 +521,14 @@ class Session:
                                        hlo.to_proto().SerializeToString(), sharding.memory_kind)
 
     def _loaded_executable_fetch_execute_result(self, req: Any) -> Any:
-        with self._state:
-            future = self.results.pop(req.result_status_handle, None)
-        if future is None:
+        result = self.results.pop(req.result_status_handle, None)
+        if result is None:
             raise Status("NOT_FOUND", f"unknown result status handle {req.result_status_handle}")
-        empty = self.m("xla.ifrt.proxy.LoadedExecutableFetchExecuteResultResponse")()
-        if future.done():
-            future.result()
-            return empty
-        return self._wait(lambda: (future.result(), empty)[1])
+        if isinstance(result, Status):
+            raise result
+        for array in result:  # the call's errors surface here
+            array.block_until_ready()
+        return self.m("xla.ifrt.proxy.LoadedExecutableFetchExecuteResultResponse")()
 
     def _loaded_executable_cost_analysis(self, req: Any) -> Any:
         exe = self._executable(req.loaded_executable_handle)
@@ -613,10 +551,9 @@ class Session:
         return out
 
     def _loaded_executable_delete(self, req: Any) -> Any:
-        future = _done(error=Status("UNIMPLEMENTED",
-                                    "LoadedExecutable::Delete is no longer supported"))
         return self.m("xla.ifrt.proxy.LoadedExecutableDeleteResponse")(
-            future_handle=self._future_handle(future))
+            future_handle=self._future_handle(Status(
+                "UNIMPLEMENTED", "LoadedExecutable::Delete is no longer supported")))
 
     def _loaded_executable_is_deleted(self, req: Any) -> Any:
         self._executable(req.loaded_executable_handle)
