@@ -26,6 +26,7 @@ def info() -> int:
     """Print the ipu devices, their chips and memory, every flag and the report options."""
     import jax
 
+    from jax_ipu.remote.client import is_remote
     from jax_ipu.runtime.client import find_device
 
     try:
@@ -34,11 +35,18 @@ def info() -> int:
         print(f"error: the ipu backend did not start: {exc}", file=sys.stderr)
         return 2
     print(f"jax {jax.__version__}; {len(devices)} ipu device(s)")
-    for d in devices:
-        t = find_device(d.id).target
-        print(f"  {d}: {d.device_kind}, {t.num_tiles:,} of {t.full_chip_tiles:,} "
-              f"tiles, {_size(t.bytes_per_tile)} per tile, {_size(t.total_bytes)} in all, "
-              f"clock {t.clock_hz / 1e9:.2f} GHz")
+    if devices and is_remote(devices[0].client):
+        print(f"remote: the IPU Model of the jax-ipu server at {config.value('jax_ipu_remote')}"
+              " (its flags are the server's)")
+        for d in devices:
+            print(f"  {d}: {d.device_kind}, {d.num_tiles:,} tiles, "
+                  f"{_size(d.tile_memory_bytes)} per tile, clock {d.clock_hz / 1e9:.2f} GHz")
+    else:
+        for d in devices:
+            t = find_device(d.id).target
+            print(f"  {d}: {d.device_kind}, {t.num_tiles:,} of {t.full_chip_tiles:,} "
+                  f"tiles, {_size(t.bytes_per_tile)} per tile, {_size(t.total_bytes)} in all, "
+                  f"clock {t.clock_hz / 1e9:.2f} GHz")
     print("\nFlags (value, source, environment variable):")
     width = max(len(f.name) for f in config.FLAGS)
     for flag in config.FLAGS:

@@ -60,6 +60,15 @@ def test_devices_are_the_servers(client: Client) -> None:
     assert [d[0] for d in devices[:-1]] == list(range(8))
     assert devices[0][1:] == ["ipu", "IPU Model ipu2",
                               "IpuDevice(id=0, num_tiles=1472, version=ipu2)", 1472]
+    info = client.run("""
+        import contextlib, io
+        from jax_ipu.__main__ import info
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            info()
+        result = out.getvalue()
+    """)
+    assert "remote: the IPU Model of the jax-ipu server at grpc://127.0.0.1:" in info
+    assert "IpuDevice(id=7, num_tiles=1472, version=ipu2): IPU Model ipu2, 1,472 tiles" in info
 
 
 def test_device_put_and_read_back(client: Client) -> None:
