@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jax_ipu import config
+from jax_ipu.errors import IpuConfigError
 from jax_ipu.remote import schema
 from jax_ipu.remote.server import IfrtProxyServer, ServeError, is_loopback
 from jax_ipu.remote.session import CODES
@@ -21,6 +23,7 @@ from tests._remote import Client, RawSession, Server, _base_env, wait_for
 
 TOKEN = "s3cret-token-for-tests"
 DOC = Path(__file__).resolve().parents[1] / "ipu" / "docs" / "remote.md"
+EXAMPLES = Path(__file__).resolve().parents[1] / "ipu" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +117,40 @@ def test_the_schema_is_checked_against_the_installed_jaxlib() -> None:
     with pytest.raises(schema.SchemaError, match=r"built for jaxlib 0\.10\.2 .* jaxlib 0\.9\.1 "
                                                  r"is installed"):
         schema.check_jaxlib("0.9.1")
+
+
+def test_the_switchs_flags_are_checked() -> None:
+    flag = config.BY_NAME["jax_ipu_remote"]
+    assert flag.parse("grpc://127.0.0.1:8470") == "grpc://127.0.0.1:8470"
+    assert flag.parse("") == ""
+    for bad in ("localhost:8470", "grpc://127.0.0.1", "grpc://:8470", "grpc://h:99999",
+                "http://h:1"):
+        with pytest.raises(IpuConfigError, match=r"jax_ipu_remote.*grpc://HOST:PORT"):
+            flag.parse(bad, origin="the environment variable JAX_IPU_REMOTE")
+    with pytest.raises(IpuConfigError, match="jax_ipu_remote_devices"):
+        config.BY_NAME["jax_ipu_remote_devices"].parse("-1")
+    with pytest.raises(IpuConfigError, match="jax_ipu_remote_timeout"):
+        config.BY_NAME["jax_ipu_remote_timeout"].parse("0")
+
+
+def test_an_example_script_is_pointed_at_a_server_with_remote(server: Server) -> None:
+    """What the examples' --remote does (jax.config.update before the first use of jax), in a
+    process whose environment names no server."""
+    client = Client(server.address, token=TOKEN, env={"JAX_IPU_REMOTE": ""})
+    try:
+        assert client.run(f"""
+            import argparse, sys
+            sys.path.insert(0, {str(EXAMPLES)!r})
+            import _common, jax, numpy as np
+            parser = argparse.ArgumentParser()
+            _common.add_common_args(parser)
+            args = parser.parse_args(["--remote", {server.address!r}])
+            device = _common.device_for(args.platform)
+            result = [_common.is_remote(device), _common.model_clock(device),
+                      float(jax.jit(lambda x: x.sum())(jax.device_put(np.ones(4), device)))]
+        """) == [True, None, 4.0]
+    finally:
+        client.close()
 
 
 def _bare_client_lines() -> str:
