@@ -57,6 +57,11 @@ class HostBuffers:
             self._held += len(data)
             self._cond.notify_all()
 
+    def peek(self, handle: int) -> bytes | memoryview | None:
+        """The buffer if it is here (None otherwise), without waiting."""
+        with self._cond:
+            return self._buffers.get(handle)
+
     def lookup(self, handle: int, timeout: float | None = None) -> bytes | memoryview:
         """The buffer, once stored; waits while the session lasts (or `timeout` seconds)."""
         with self._cond:

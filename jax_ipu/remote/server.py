@@ -140,13 +140,15 @@ class IfrtProxyServer:
         """Bind and serve; the port bound (useful with port 0)."""
         import grpc
 
+        # A thread per call in progress (a session's stream holds one): past that, a call is
+        # refused at once (RESOURCE_EXHAUSTED), never queued behind calls that may wait long.
+        threads = 2 * self.max_sessions + 8
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(2 * self.max_sessions + 8,
-                                       thread_name_prefix="ipu-remote-rpc"),
+            futures.ThreadPoolExecutor(threads, thread_name_prefix="ipu-remote-rpc"),
             options=[("grpc.max_receive_message_length", -1),
                      ("grpc.max_send_message_length", -1),
                      ("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=4 * self.max_sessions + 16)
+            maximum_concurrent_rpcs=threads)
         self._server.add_generic_rpc_handlers((self._handlers(grpc),))
         address = f"[{self.host.strip('[]')}]" if ":" in self.host else self.host
         port = self._server.add_insecure_port(f"{address}:{self.port}")
@@ -357,10 +359,11 @@ class IfrtProxyServer:
     def host_buffer_lookup(self, data: bytes, context: Any) -> Iterator[bytes]:
         request = self._parse(self._LookupRequest, data, context)
         session = self._session(request.session_id, context)
-        try:
-            buffer = session.host_buffers.lookup(request.handle)
-        except HostBufferError as exc:
-            _abort(context, status_of(exc))
+        # Never waited for: a client asks only for a buffer the server has answered it stored.
+        buffer = session.host_buffers.peek(request.handle)
+        if buffer is None:
+            _abort(context, Status("NOT_FOUND", f"no host buffer {request.handle} in this "
+                                   "session"))
         view = memoryview(buffer)
         if not len(view):
             yield b""
