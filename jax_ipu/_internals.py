@@ -178,6 +178,15 @@ def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:
     return sharding._to_xla_hlo_sharding(num_dimensions)
 
 
+# The xla.Layout (minor_to_major, tiles) of a jaxlib PjRtLayout: what the IFRT proxy carries.
+_attr(_jax, "PjRtLayout._xla_layout")
+
+
+def xla_layout(layout: Any) -> Any:
+    """The xla Layout inside a jaxlib PjRtLayout."""
+    return layout._xla_layout()
+
+
 # ---- jaxlib: a DeviceAssignment is only readable serialized (DeviceAssignmentProto) ---------
 def device_assignment_columns(assignment: Any) -> list[list[int]]:
     """Device ids of a jaxlib DeviceAssignment, one list of replica devices per partition.

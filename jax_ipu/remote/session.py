@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_ipu import _internals
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
 from jax_ipu.protowire import Message, WireError
 from jax_ipu.remote import backend as backend_mod
@@ -457,7 +458,7 @@ class Session:
         for target, layouts in ((out.parameter_layouts_list, exe.loaded.get_parameter_layouts()),
                                 (out.output_layouts_list, exe.loaded.get_output_layouts())):
             for layout in layouts:
-                xla = layout._xla_layout()
+                xla = _internals.xla_layout(layout)
                 proto = Layout(minor_to_major=list(xla.minor_to_major()))
                 for tile in xla.tiling():
                     proto.tiles.add(dimensions=list(tile))
@@ -502,23 +503,22 @@ class Session:
             self.results[status_handle] = outputs
         if not req.result_array_handle:
             exe = self._executable(req.loaded_executable_handle)
+            ids = [d.id for d in exe.devices]
             for handle, array, sharding in zip(handles, outputs, exe.output_shardings,
                                                strict=True):
                 o = out.outputs.add(array_handle=handle)
                 o.dtype.CopyFrom(self.codec.dtype_proto(array.dtype))
                 o.shape.CopyFrom(self.codec.shape_proto(array.shape))
-                o.sharding.CopyFrom(self._sharding_proto(sharding, array.ndim))
+                o.sharding.CopyFrom(self._sharding_proto(sharding, array.ndim, ids))
         return out
 
-    def _sharding_proto(self, sharding: Any, ndim: int) -> Any:
-        devices = sorted(sharding.device_set, key=lambda d: d.id)
-        if len(devices) == 1:
-            return self.codec.single_device_sharding(devices[0].id, sharding.memory_kind)
-        from jax_ipu import _internals
-
+    def _sharding_proto(self, sharding: Any, ndim: int, device_ids: list[int]) -> Any:
+        """The IFRT sharding of an output of a program run on `device_ids` (in order)."""
+        if len(device_ids) == 1:
+            return self.codec.single_device_sharding(device_ids[0], sharding.memory_kind)
         hlo = _internals.hlo_sharding(sharding, ndim)
-        return self.codec.hlo_sharding([d.id for d in sharding._device_assignment],
-                                       hlo.to_proto().SerializeToString(), sharding.memory_kind)
+        return self.codec.hlo_sharding(device_ids, hlo.to_proto().SerializeToString(),
+                                       sharding.memory_kind)
 
     def _loaded_executable_fetch_execute_result(self, req: Any) -> Any:
         result = self.results.pop(req.result_status_handle, None)
@@ -596,7 +596,7 @@ class Session:
         layout = self.backend.client.get_default_layout(dtype, dims,
                                                         self.backend.device(req.device_id))
         return self.m("xla.ifrt.proxy.GetDefaultLayoutResponse")(
-            serialized_pjrt_layout=layout._xla_layout().to_string().encode())
+            serialized_pjrt_layout=_internals.xla_layout(layout).to_string().encode())
 
 
 def _op_id_of(data: bytes) -> int:
