@@ -18,14 +18,10 @@ from jaxlib.mlir import ir
 from jax_ipu import _internals
 from jax_ipu.compiler import numerics, program
 from jax_ipu.model.report import ProgramReport
+from jax_ipu.remote.client import REPORT_KEY
 from jax_ipu.remote.ifrt import Placement, ProtocolError
 from jax_ipu.runtime import codec
 from jax_ipu.runtime.client import find_device, find_executable
-
-# The cost_analysis() key carrying the model's whole report (jax_ipu.report of a remote
-# compile): the codec's bytes in base64, as attribute maps carry text.
-REPORT_KEY = "ipu_report"
-
 
 # What a jax_ipu.tile program calls: vertices built and registered as XLA FFI handlers in the
 # process that traced them, which a server does not have.
@@ -224,11 +220,6 @@ class Executable:
         report = find_executable(self.fingerprint.decode()).report
         values[REPORT_KEY] = base64.b64encode(codec.dumps(ProgramReport, report)).decode()
         return values
-
-
-def decode_report(text: str) -> ProgramReport:
-    """The report a remote cost_analysis() carries under REPORT_KEY (read as data only)."""
-    return codec.loads(ProgramReport, base64.b64decode(text.encode(), validate=True))
 
 
 def device_attributes(device: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ INSECURE_VAR = "IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS"
 # Keys of the initialization_data a session opens with (the server reads the same names).
 TOKEN_KEY = "token"
 DEVICES_KEY = "devices"
-# The cost_analysis() key that carries the model's report of a remote compile.
+# The cost_analysis() key that carries the model's report of a remote compile: the codec's
+# bytes (runtime/codec.py, data only) in base64, as attribute maps carry text.
 REPORT_KEY = "ipu_report"
 
 

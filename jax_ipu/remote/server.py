@@ -24,6 +24,7 @@ from jax_ipu.errors import IpuError
 from jax_ipu.protowire import WireError, fields
 from jax_ipu.remote import schema as schema_mod
 from jax_ipu.remote.backend import Backend
+from jax_ipu.remote.client import DEVICES_KEY, TOKEN_KEY
 from jax_ipu.remote.hostbuffers import HostBufferError
 from jax_ipu.remote.ifrt import Codec
 from jax_ipu.remote.session import CODES, Session, Status, status_of
@@ -38,8 +39,6 @@ MAX_SESSIONS = 32
 # reason, before it closes them: a client's next call gets that error while it is connected (a
 # jaxlib client whose connection is gone may abort on some calls instead; see the docs).
 DRAIN_SECONDS = 5.0
-TOKEN_KEY = "token"  # initialization_data keys a client sends
-DEVICES_KEY = "devices"
 
 
 class ServeError(IpuError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -76,7 +75,8 @@ def status_of(exc: BaseException) -> Status:
 
 
 class Session:
-    """The state of one IfrtSession stream and its handlers, one per request type."""
+    """The state of one IfrtSession stream and its handlers, one per request type. Used by
+    its stream's thread alone; its host buffers are shared with the HostBufferStore calls."""
 
     def __init__(self, schema: Schema, backend: Backend, session_id: int,
                  device_ids: Sequence[int]) -> None:
@@ -95,11 +95,9 @@ class Session:
         self.results: dict[int, list[Any] | Status] = {}
         self._handles = itertools.count(SERVER_HANDLES)
         self._seq = itertools.count()
-        self._state = threading.Lock()  # arrays, executables: the close() of another thread
         self._draining: str | None = None
         self.Request = self.m("xla.ifrt.proxy.IfrtRequest")
         self.Response = self.m("xla.ifrt.proxy.IfrtResponse")
-        self.StatusProto = self.m("tensorflow.StatusProto")
 
     # ---- the stream ----
     def handle(self, data: bytes) -> bytes:
@@ -158,14 +156,14 @@ class Session:
         what was freed, in words."""
         buffered = self.host_buffers.held
         self.host_buffers.close(reason)
-        with self._state:  # one array may have several handles (a shard of itself)
-            arrays = list({id(a): a for a in self.arrays.values()
-                           if not isinstance(a, Status)}.values())
-            executables = len(self.executables)
-            self.arrays.clear()
-            self.executables.clear()
-            self.futures.clear()
-            self.results.clear()
+        # one array may have several handles (a shard of itself)
+        arrays = list({id(a): a for a in self.arrays.values()
+                       if not isinstance(a, Status)}.values())
+        executables = len(self.executables)
+        self.arrays.clear()
+        self.executables.clear()
+        self.futures.clear()
+        self.results.clear()
         freed = 0
         for array in arrays:
             if not array.is_deleted():
@@ -179,8 +177,7 @@ class Session:
         return next(self._handles)
 
     def array(self, handle: int) -> Any:
-        with self._state:
-            found = self.arrays.get(handle)
+        found = self.arrays.get(handle)
         if found is None:
             raise Status("NOT_FOUND", f"unknown array handle {handle} in this session")
         if isinstance(found, Status):
@@ -196,25 +193,22 @@ class Session:
         for handle in wanted:
             if not 0 < handle < SERVER_HANDLES:
                 raise Status("INVALID_ARGUMENT", f"array handle {handle} is not a client handle")
-        with self._state:
-            taken = [h for h in wanted if h in self.arrays]
+        taken = [h for h in wanted if h in self.arrays]
         if taken:
             raise Status("ALREADY_EXISTS", f"array handles {taken} are in use")
         try:
             made = make()
         except Exception as exc:  # noqa: BLE001
             status = status_of(exc)
-            with self._state:
-                for handle in wanted:
-                    self.arrays[handle] = status
+            for handle in wanted:
+                self.arrays[handle] = status
             raise status from None
         if wanted and len(wanted) != len(made):
             raise Status("INVALID_ARGUMENT",
                          f"{len(wanted)} result handles for {len(made)} arrays")
         handles = list(wanted) or [self._new_handle() for _ in made]
-        with self._state:
-            for handle, array in zip(handles, made, strict=True):
-                self.arrays[handle] = array
+        for handle, array in zip(handles, made, strict=True):
+            self.arrays[handle] = array
         return handles
 
     def _placement(self, sharding: Any, shape: tuple[int, ...]) -> Any:
@@ -226,8 +220,7 @@ class Session:
         return placement
 
     def _executable(self, handle: int) -> Executable:
-        with self._state:
-            found = self.executables.get(handle)
+        found = self.executables.get(handle)
         if found is None:
             raise Status("NOT_FOUND", f"unknown loaded executable handle {handle}")
         return found
@@ -335,9 +328,8 @@ class Session:
         wanted = list(req.array_handles) or [self._new_handle() for _ in range(count)]
         if len(wanted) != count:
             raise Status("INVALID_ARGUMENT", f"{len(wanted)} handles for {count} array specs")
-        with self._state:
-            for handle in wanted:
-                self.arrays.setdefault(handle, error)
+        for handle in wanted:
+            self.arrays.setdefault(handle, error)
         return self.m("xla.ifrt.proxy.MakeErrorArraysResponse")(array_handles=wanted)
 
     def _copy_to_host_buffer(self, req: Any) -> Any:
@@ -410,8 +402,7 @@ class Session:
             deleted=self.array(req.array_handle).is_deleted())
 
     def _destruct_array(self, req: Any) -> Any:
-        with self._state:
-            missing = [h for h in req.array_handle if self.arrays.pop(h, None) is None]
+        missing = [h for h in req.array_handle if self.arrays.pop(h, None) is None]
         if missing:
             raise Status("NOT_FOUND", f"unknown array handles {missing}")
         return self.m("xla.ifrt.proxy.DestructArrayResponse")()
@@ -437,8 +428,7 @@ class Session:
                                           options.compile_options.SerializeToString(),
                                           self.allowed)
         handle = self._new_handle()
-        with self._state:
-            self.executables[handle] = executable
+        self.executables[handle] = executable
         ids = [d.id for d in executable.devices]
         return self.m("xla.ifrt.proxy.CompileResponse")(
             loaded_executable_handle=handle, name=executable.signature.name,
@@ -560,8 +550,7 @@ class Session:
         return self.m("xla.ifrt.proxy.LoadedExecutableIsDeletedResponse")(is_deleted=False)
 
     def _loaded_executable_destruct(self, req: Any) -> Any:
-        with self._state:
-            found = self.executables.pop(req.loaded_executable_handle, None)
+        found = self.executables.pop(req.loaded_executable_handle, None)
         if found is None:
             raise Status("NOT_FOUND",
                          f"unknown loaded executable handle {req.loaded_executable_handle}")
