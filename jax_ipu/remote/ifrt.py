@@ -58,7 +58,6 @@ class Codec:
         self.Hlo = m("xla.ifrt.HloShardingProto")
         self.AttributeMap = m("xla.ifrt.AttributeMapProto")
         self.CompileOptions = m("xla.ifrt.XlaCompileOptionsProto")
-        self.HostCallback = m("xla.ifrt.XlaHostCallbackProto")
         self._kind_names = self.DType.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
 
     # ---- dtype and shape ----

@@ -33,7 +33,6 @@ SERVICE = "xla.ifrt.proxy.GrpcIfrtService"
 _ROOT_FILES = ("xla/python/ifrt_proxy/common/grpc_ifrt_service.proto",
                "xla/python/pjrt_ifrt/xla_compiler.proto",
                "xla/python/pjrt_ifrt/xla_sharding.proto",
-               "xla/python/pjrt_ifrt/xla_host_callback.proto",
                "xla/python/pjrt_ifrt/pjrt_layout_serdes.proto",
                "xla/python/ifrt/sharding_serdes.proto")
 
@@ -72,7 +71,7 @@ USED_FIELDS: dict[str, str] = {
     "xla.ifrt.proxy.CopyToHostBufferRequest": "array_handle byte_strides host_buffer_handle",
     "xla.ifrt.proxy.FullyReplicatedShardRequest": "array_handle result_handle",
     "xla.ifrt.proxy.CompileRequest": "program compile_options host_callbacks",
-    "xla.ifrt.proxy.CompileResponse": "loaded_executable_handle loaded_host_callback_handles "
+    "xla.ifrt.proxy.CompileResponse": "loaded_executable_handle "
                                       "name num_devices device_ids addressable_device_ids "
                                       "fingerprint_value ready_future_handle",
     "xla.ifrt.proxy.LoadedExecutableMetadataResponse":
@@ -83,11 +82,6 @@ USED_FIELDS: dict[str, str] = {
                                                      "execute_options device_ids "
                                                      "result_array_handle result_status_handle",
     "xla.ifrt.proxy.LoadedExecutableExecuteResponse": "status_handle outputs",
-    "xla.ifrt.proxy.LoadedHostCallbackPollRequest": "loaded_host_callback_handle "
-                                                    "operand_host_buffer_handle",
-    "xla.ifrt.proxy.LoadedHostCallbackPollResponse": "host_callback_execution_handle",
-    "xla.ifrt.proxy.LoadedHostCallbackReturnRequest": "host_callback_execution_handle "
-                                                      "result_host_buffer_handle error",
     "xla.ifrt.proxy.GetDefaultLayoutRequest": "dtype dims device_id memory_kind",
     "xla.ifrt.proxy.GetDefaultLayoutResponse": "serialized_pjrt_layout",
     "xla.ifrt.Serialized": "type_name data",
@@ -99,8 +93,7 @@ USED_FIELDS: dict[str, str] = {
     "xla.ifrt.HloShardingProto": "devices memory_kind xla_op_sharding version_number",
     "xla.ifrt.AttributeMapProto": "attributes version_number",
     "xla.ifrt.XlaCompileOptionsProto": "compile_options",
-    "xla.ifrt.XlaHostCallbackProto": "operands results",
-    "xla.ifrt.ExecuteOptionsProto": "fill_status non_donatable_input_indices",
+    "xla.ifrt.ExecuteOptionsProto": "fill_status",
     "tensorflow.StatusProto": "code message",
 }
 
