@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade "pip==25.3"
 
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[examples,test]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[examples,test,remote]"
 
 # Installs the project and runs the quickstart on the IPU Model.
 demo: install

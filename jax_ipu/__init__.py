@@ -29,6 +29,10 @@ def report(program: Any) -> Any:
     lowered program on the target the jax_ipu_* flags choose, without compiling or running
     it, so a cpu program can be asked what it would cost on an IPU."""
     if hasattr(program, "runtime_executable"):
+        from jax_ipu.remote.client import is_remote, remote_report
+
+        if is_remote(program.runtime_executable().client):
+            return remote_report(program)
         from jax_ipu.runtime.client import find_executable
 
         fingerprint = program.runtime_executable().fingerprint

@@ -1,4 +1,5 @@
-"""Command line: `python -m jax_ipu info` (devices, chips, flags) and `report DIR` (summaries).
+"""Command line: `python -m jax_ipu info` (devices, chips, flags), `report DIR` (summaries) and
+`serve` (this process's IPU Model devices, served to remote jax clients).
 
 `report` prints the text summary of report folders written under POPLAR_ENGINE_OPTIONS."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jax_ipu import config
-from jax_ipu.errors import IpuConfigError
+from jax_ipu.errors import IpuError
 
 
 def _size(nbytes: float) -> str:
@@ -25,6 +26,7 @@ def info() -> int:
     """Print the ipu devices, their chips and memory, every flag and the report options."""
     import jax
 
+    from jax_ipu.remote.client import is_remote
     from jax_ipu.runtime.client import find_device
 
     try:
@@ -33,11 +35,18 @@ def info() -> int:
         print(f"error: the ipu backend did not start: {exc}", file=sys.stderr)
         return 2
     print(f"jax {jax.__version__}; {len(devices)} ipu device(s)")
-    for d in devices:
-        t = find_device(d.id).target
-        print(f"  {d}: {d.device_kind}, {t.num_tiles:,} of {t.full_chip_tiles:,} "
-              f"tiles, {_size(t.bytes_per_tile)} per tile, {_size(t.total_bytes)} in all, "
-              f"clock {t.clock_hz / 1e9:.2f} GHz")
+    if devices and is_remote(devices[0].client):
+        print(f"remote: the IPU Model of the jax-ipu server at {config.value('jax_ipu_remote')}"
+              " (its flags are the server's)")
+        for d in devices:
+            print(f"  {d}: {d.device_kind}, {d.num_tiles:,} tiles, "
+                  f"{_size(d.tile_memory_bytes)} per tile, clock {d.clock_hz / 1e9:.2f} GHz")
+    else:
+        for d in devices:
+            t = find_device(d.id).target
+            print(f"  {d}: {d.device_kind}, {t.num_tiles:,} of {t.full_chip_tiles:,} "
+                  f"tiles, {_size(t.bytes_per_tile)} per tile, {_size(t.total_bytes)} in all, "
+                  f"clock {t.clock_hz / 1e9:.2f} GHz")
     print("\nFlags (value, source, environment variable):")
     width = max(len(f.name) for f in config.FLAGS)
     for flag in config.FLAGS:
@@ -95,16 +104,50 @@ def report(directory: Path) -> int:
     return 0
 
 
+def serve(host: str, port: int, devices: int | None, token_file: Path | None) -> int:
+    """Serve this process's IPU Model devices over the IFRT proxy protocol until SIGINT/SIGTERM."""
+    try:
+        from jax_ipu.remote.server import serve as run
+    except ImportError as exc:
+        print(f"error: the server needs the remote extra ({exc.name} is missing): "
+              "pip install 'jax-ipu[remote]'", file=sys.stderr)
+        return 2
+    token = None
+    if token_file is not None:
+        token = token_file.read_text().strip()
+        if not token:
+            print(f"error: the token file {token_file} is empty", file=sys.stderr)
+            return 2
+    import jax
+
+    # The server's devices are local IPU Models, whatever this shell points clients at.
+    jax.config.update("jax_ipu_remote", "")
+    if devices is not None:
+        jax.config.update("jax_ipu_device_count", devices)
+    return run(host, port, token)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jax_ipu", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="devices, chip versions, tiles, memory and every flag")
     show = commands.add_parser("report", help="print the text summary of a report folder")
     show.add_argument("directory", type=Path)
+    server = commands.add_parser(
+        "serve", help="serve IPU Model devices to jax clients (JAX_IPU_REMOTE=grpc://host:port)")
+    server.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; another needs --token-file)")
+    server.add_argument("--port", type=int, default=8470, help="port (0: any free one)")
+    server.add_argument("--devices", type=int, default=None,
+                        help="IPU Model devices to serve (default: jax_ipu_device_count)")
+    server.add_argument("--token-file", type=Path, default=None,
+                        help="file holding the token clients must give (JAX_IPU_REMOTE_TOKEN)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve":
+            return serve(args.host, args.port, args.devices, args.token_file)
         return info() if args.command == "info" else report(args.directory)
-    except IpuConfigError as exc:
+    except IpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -165,6 +165,28 @@ PrimitiveType = _attr(_xla_client, "PrimitiveType")  # XLA's element types, in H
 register_mlir_dialects = _attr(_mlir_ext, "register_dialects")
 
 
+# ---- jax and jaxlib: the remote IPU Model (jax_ipu/remote) ----------------------------------
+_sharding_impls = _module("jax._src.sharding_impls")
+# A sharding given by devices and an xla.OpSharding: what the server makes of an IFRT HloSharding.
+GSPMDSharding = _attr(_sharding_impls, "GSPMDSharding")
+_to_hlo = _attr(_sharding_impls, "GSPMDSharding._to_xla_hlo_sharding", ("num_dimensions",))
+OpSharding = _attr(_xla_client, "OpSharding")
+
+
+def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:
+    """The xla HloSharding of a jax sharding for an array of `num_dimensions`."""
+    return sharding._to_xla_hlo_sharding(num_dimensions)
+
+
+# The xla.Layout (minor_to_major, tiles) of a jaxlib PjRtLayout: what the IFRT proxy carries.
+_attr(_jax, "PjRtLayout._xla_layout")
+
+
+def xla_layout(layout: Any) -> Any:
+    """The xla Layout inside a jaxlib PjRtLayout."""
+    return layout._xla_layout()
+
+
 # ---- jaxlib: a DeviceAssignment is only readable serialized (DeviceAssignmentProto) ---------
 def device_assignment_columns(assignment: Any) -> list[list[int]]:
     """Device ids of a jaxlib DeviceAssignment, one list of replica devices per partition.

@@ -72,6 +72,11 @@ class Flag:
         return value
 
 
+def _remote_ok(value: str) -> bool:
+    host, _, port = value.removeprefix("grpc://").rpartition(":")
+    return value.startswith("grpc://") and bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
 def _visible_ok(value: str) -> bool:
     if not value.strip():
         return True
@@ -124,6 +129,29 @@ FLAGS: tuple[Flag, ...] = (
         "Where jax_ipu.tile keeps custom C++ vertices built for the host, by content hash; "
         "empty means <user cache dir>/jax_ipu/vertices ($XDG_CACHE_HOME or ~/.cache).",
         "'' or a directory path", lambda v: True,
+    ),
+    Flag(
+        "jax_ipu_remote", str, "",
+        "Address of a jax-ipu server (python -m jax_ipu serve) whose IPU Model devices platform "
+        "'ipu' uses instead of a local model: grpc://HOST:PORT. Empty: a local IPU Model.",
+        "'' or grpc://HOST:PORT, e.g. 'grpc://127.0.0.1:8470'",
+        lambda v: not v.strip() or _remote_ok(v.strip()),
+    ),
+    Flag(
+        "jax_ipu_remote_token", str, "",
+        "The token the jax-ipu server at jax_ipu_remote was started with (--token-file).",
+        "the server's token, or '' for a server without one", lambda v: True,
+    ),
+    Flag(
+        "jax_ipu_remote_devices", int, 0,
+        "How many of the server's devices this process asks for, as a partition of its own "
+        "(as V-IPU partitions a Pod); 0 means all of them.",
+        f"0 (all) or a whole number from 1 to {MAX_DEVICES}", lambda v: 0 <= v <= MAX_DEVICES,
+    ),
+    Flag(
+        "jax_ipu_remote_timeout", int, 30,
+        "Seconds to keep trying to open a session with the server at jax_ipu_remote.",
+        "a whole number of seconds from 1", lambda v: v >= 1,
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}

@@ -135,13 +135,20 @@ def initialize() -> None:
     check_versions()
     _internals.check()
     from jax_ipu.compiler import lowering
-    from jax_ipu.pjrt import slots
 
     if PLATFORM not in _internals.platforms_with_donation:
         _internals.platforms_with_donation.append(PLATFORM)
-    use_compilation_cache()
-    _internals.register_plugin(PLATFORM, priority=400,
-                               c_api=slots.install(distributed_state))
+    if config.value("jax_ipu_remote").strip():
+        # A remote IPU Model: jaxlib's IFRT proxy client, and no local one.
+        from jax_ipu.remote import client as remote
+
+        remote.register(PLATFORM, priority=400)
+    else:
+        from jax_ipu.pjrt import slots
+
+        use_compilation_cache()
+        _internals.register_plugin(PLATFORM, priority=400,
+                                   c_api=slots.install(distributed_state))
     lowering.register(PLATFORM)
     # Moves between memory kinds inside programs (Streaming Memory), as on tpu and gpu.
     _internals.register_lowering(_internals.device_put_p,

@@ -42,8 +42,31 @@ def add_common_args(parser: argparse.ArgumentParser, needs: Sequence[str] = ()) 
         "--plot", metavar="DIR", type=_plot_dir, help="save PNG figures into DIR (needs matplotlib)"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument(
+        "--remote", metavar="grpc://HOST:PORT", type=use_remote,
+        help="run 'ipu' on the IPU Model devices of a jax-ipu server (python -m jax_ipu serve), "
+        "as JAX_IPU_REMOTE does; see ipu/docs/remote.md",
+    )
     required = ["jax-ipu (with jax, jaxlib, numpy)", *needs]
     parser.epilog = f"needs: {'; '.join(required)}. {OPTIONAL}."
+
+
+def use_remote(address: str) -> str:
+    """Point platform 'ipu' at the server at `address` (before jax starts its backends): what
+    --remote does, and what JAX_IPU_REMOTE does for any script."""
+    import jax_ipu  # noqa: F401 - registers the jax_ipu_* flags
+    from jax_ipu.errors import IpuConfigError
+
+    try:
+        jax.config.update("jax_ipu_remote", address)
+    except IpuConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return address
+
+
+def is_remote(device: jax.Device) -> bool:
+    """Whether `device` is a remote server's (JAX_IPU_REMOTE, --remote)."""
+    return str(getattr(device.client, "runtime_type", "")).startswith("proxy/")
 
 
 def _plot_dir(value: str) -> str:
@@ -239,7 +262,7 @@ def model_view(
 def model_clock(device: jax.Device) -> float | None:
     """Seconds on the device's model clock (modelled time of everything run so far); None off
     the ipu platform. Differences between two readings time a piece of work on the IPU."""
-    if device.platform != "ipu":
+    if device.platform != "ipu" or is_remote(device):  # the clock is the server's
         return None
     import jax_ipu
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jax_ipu import _internals as jx
+from jax_ipu import config
 from jax_ipu.compiler.lowering.tracing import Rule
 from jax_ipu.errors import IpuCompileError
 
@@ -24,6 +25,14 @@ _keys = itertools.count()
 
 # The custom-call targets that name a Python host callback in an ipu program.
 HOST_CALLBACK_TARGETS = ("xla_ffi_python_cpu_callback",)
+REMOTE = (
+    "Host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
+    "checkify.check with jax_experimental_unsafe_xla_runtime_errors, and jax_ipu's "
+    "InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model (JAX_IPU_REMOTE is set): the "
+    "IFRT proxy protocol carries host callbacks, but jaxlib's client runs them only in "
+    "Google's internal builds; the pip-installed jaxlib answers every one 'ExecuteLoadedHost"
+    "Callback is unsupported'. Run this program on a local IPU Model (unset JAX_IPU_REMOTE), "
+    "or return the values from the jitted function instead of calling back.")
 
 
 def host_callbacks(keys: list[int]) -> list[Callable[..., Any]]:
@@ -65,6 +74,8 @@ def _as_cpu_callback(rule: Rule) -> Rule:
     bookkeeping (keep-alive, token threading, no fast path)."""
 
     def lower(ctx: Any, *args: Any, **params: Any) -> Any:
+        if config.value("jax_ipu_remote").strip():
+            raise ValueError(REMOTE)
         if "cpu" not in jx.backends():
             # JAX runs every callback with its inputs on a CPU device. Refused here, at compile,
             # rather than when the program runs, where a multi-device program would wait forever

@@ -1,0 +1,149 @@
+"""The remote IPU Model against the local one: a server on 127.0.0.1 and the same workloads in a
+local process and in a remote client, in alternating rounds (not a test: speed goes here).
+
+- a call plus read-back of float32[8] (`np.asarray(f(x))`, f = a*2+1): median;
+- a 64 MiB device_put (until ready) and its read-back: MB/s each way, median of the rounds;
+- a training step of the MNIST example (784-512-512-10 MLP, batch 128, SGD with momentum,
+  donated state, each batch put from the host as the example does): time per step.
+
+Each round runs one fresh worker process per side; the figures are medians over the rounds,
+and the ratios are of those medians. Run: python bench/remote.py [--rounds 3]."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+
+def worker(calls: int, steps: int) -> dict[str, float]:
+    """The workloads on platform ipu (local or remote, by the environment); seconds."""
+    sys.path.insert(0, str(ROOT / "ipu" / "examples"))
+    from functools import partial
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from mnist_classifier import init_params, sgd_step
+
+    device = jax.devices("ipu")[0]
+    out: dict[str, float] = {}
+
+    f = jax.jit(lambda a: a * 2 + 1)
+    x = jax.device_put(np.arange(8, dtype=np.float32), device)
+    times = []
+    for i in range(calls + calls // 10):
+        start = time.perf_counter()
+        np.asarray(f(x))
+        if i >= calls // 10:  # after a warm-up
+            times.append(time.perf_counter() - start)
+    out["call_read_s"] = statistics.median(times)
+
+    host = np.random.default_rng(0).standard_normal(64 * MIB // 4).astype(np.float32)
+    puts, reads = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        y = jax.device_put(host, device).block_until_ready()
+        puts.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        back = np.asarray(y)
+        reads.append(time.perf_counter() - start)
+        assert back[-1] == host[-1]
+        y.delete()
+    out["put_64mib_s"], out["read_64mib_s"] = statistics.median(puts), statistics.median(reads)
+
+    rng = np.random.default_rng(0)
+    with jax.default_device(jax.devices("cpu")[0]):
+        params = init_params(jax.random.key(0), [784, 512, 512, 10])
+        velocity = jax.tree.map(jnp.zeros_like, params)
+    params, velocity = jax.device_put((params, velocity), device)
+    step = jax.jit(partial(sgd_step, lr=0.05, momentum=0.9), donate_argnums=(0, 1))
+    images = rng.random((steps, 128, 784), dtype=np.float32)
+    labels = rng.integers(0, 10, (steps, 128)).astype(np.int32)
+    for phase in ("warm-up", "timed"):
+        start = time.perf_counter()
+        losses = []
+        for i in range(steps if phase == "timed" else 3):
+            batch = jax.device_put((images[i], labels[i]), device)
+            params, velocity, loss = step(params, velocity, *batch)
+            losses.append(loss)
+        np.asarray(jnp.stack(losses))
+    out["mnist_step_s"] = (time.perf_counter() - start) / steps
+    return out
+
+
+def _run_worker(env: dict[str, str], calls: int, steps: int) -> dict[str, float]:
+    proc = subprocess.run([sys.executable, __file__, "--worker", "--calls", str(calls),
+                           "--steps", str(steps)], env=env, capture_output=True, text=True,
+                          timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.calls, args.steps)))
+        return
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_IPU_", "POPLAR_"))}
+    base.update(JAX_PLATFORMS="ipu,cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    server = subprocess.Popen([sys.executable, "-m", "jax_ipu", "serve", "--port", "0"],
+                              env=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        line = server.stdout.readline()
+        address = "grpc://" + line.split("listening on ")[1].split()[0]
+        remote_env = {**base, "JAX_IPU_REMOTE": address}
+        results: dict[str, list[dict[str, float]]] = {"local": [], "remote": []}
+        loads = [_load()]
+        for _ in range(args.rounds):
+            results["local"].append(_run_worker(base, args.calls, args.steps))
+            results["remote"].append(_run_worker(remote_env, args.calls, args.steps))
+            loads.append(_load())
+    finally:
+        server.terminate()
+        server.wait(30)
+
+    def med(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[side])
+
+    print(f"remote IPU Model over loopback, {args.rounds} rounds (load average 1/5/15 min "
+          f"during the run: {'; '.join(loads)}; {os.cpu_count()} cores)")
+    rows: list[tuple[str, Any, Any, str]] = [
+        ("call + read-back of float32[8]", med("local", "call_read_s") * 1e3,
+         med("remote", "call_read_s") * 1e3, "ms (target: remote <= 1 ms)"),
+        ("64 MiB device_put", 64 * MIB / med("local", "put_64mib_s") / 1e6,
+         64 * MIB / med("remote", "put_64mib_s") / 1e6, "MB/s (target: remote >= 500)"),
+        ("64 MiB read-back", 64 * MIB / med("local", "read_64mib_s") / 1e6,
+         64 * MIB / med("remote", "read_64mib_s") / 1e6, "MB/s (target: remote >= 500)"),
+        ("MNIST training step", med("local", "mnist_step_s") * 1e3,
+         med("remote", "mnist_step_s") * 1e3, "ms (target: remote <= 1.2x local)"),
+    ]
+    print(f"{'':34}{'local':>12}{'remote':>12}{'remote/local':>14}")
+    for name, local, remote, unit in rows:
+        print(f"{name:34}{local:12.3f}{remote:12.3f}{remote / local:14.2f}  {unit}")
+
+
+if __name__ == "__main__":
+    main()

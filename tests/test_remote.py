@@ -1,0 +1,291 @@
+"""The same JAX on a remote IPU Model as on a local one (issue 26, item 3): a real server process
+on 127.0.0.1 with 8 devices, a real client process running stock jaxlib's IFRT proxy client, and
+every result compared with jax on CPU (in the client) or with a local compile (in this process)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jax_ipu
+from jax_ipu.compiler.lowering.callbacks import REMOTE
+from jax_ipu.remote import schema
+from tests._remote import Client, Server
+
+REPORTS = {"autoReport.all": "true", "autoReport.directory": "server-reports"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # The server writes Poplar-style reports of every compile, as a local run would.
+    srv = Server(tmp_path_factory.mktemp("remote-server"),
+                 env={"POPLAR_ENGINE_OPTIONS": json.dumps(REPORTS)})
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Iterator[Client]:
+    # 8 CPU devices beside the 8 remote ipu ones, for the references of the multi-device tests.
+    c = Client(server.address, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    c.run("""
+        import jax, jax.numpy as jnp, numpy as np, jax_ipu
+        from functools import partial
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        ipus, cpus = jax.devices("ipu"), jax.devices("cpu")
+        def both(f, *args):
+            # f on the remote ipu devices and on cpu, as lists for JSON
+            return [np.asarray(f(ipus, *args)).tolist(), np.asarray(f(cpus, *args)).tolist()]
+    """)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_devices_are_the_servers(client: Client) -> None:
+    devices = client.run("""
+        result = [(d.id, d.platform, d.device_kind, repr(d), d.num_tiles) for d in ipus]
+        result.append(ipus[0].client.runtime_type)
+    """)
+    assert devices[-1] == "proxy/jax-ipu"  # no local IPU Model in the client
+    assert [d[0] for d in devices[:-1]] == list(range(8))
+    assert devices[0][1:] == ["ipu", "IPU Model ipu2",
+                              "IpuDevice(id=0, num_tiles=1472, version=ipu2)", 1472]
+    info = client.run("""
+        import contextlib, io
+        from jax_ipu.__main__ import info
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            info()
+        result = out.getvalue()
+    """)
+    assert "remote: the IPU Model of the jax-ipu server at grpc://127.0.0.1:" in info
+    assert "IpuDevice(id=7, num_tiles=1472, version=ipu2): IPU Model ipu2, 1,472 tiles" in info
+
+
+def test_device_put_and_read_back(client: Client) -> None:
+    """Bytes come back as from a cpu device, for each dtype, a scalar, an empty and a strided
+    array (int64 becomes int32 without x64, on both)."""
+    back = client.run("""
+        cases = {
+            "f32": np.linspace(-3, 3, 24, dtype=np.float32).reshape(2, 3, 4),
+            "f16": np.arange(10, dtype=np.float16) / 7,
+            "i32": np.arange(-5, 5, dtype=np.int32), "u8": np.arange(256, dtype=np.uint8),
+            "bool": np.array([True, False, True]), "i64": np.array([2**40, -3], np.int64),
+            "scalar": np.float32(2.5), "empty": np.zeros((0, 3), np.float32),
+            "strided": np.arange(40, dtype=np.float32).reshape(5, 8)[::2, 1::3],
+        }
+        result = {}
+        for name, host in cases.items():
+            x = jax.device_put(host, ipus[3])
+            value = np.asarray(x)
+            result[name] = [value.dtype.str, list(value.shape), value.tobytes().hex(),
+                            np.asarray(jax.device_put(host, cpus[0])).tobytes().hex(),
+                            sorted(d.id for d in x.devices())]
+    """)
+    for name, (_, _, got, want, devices) in back.items():
+        assert got == want, name
+        assert devices == [3], name
+    assert back["i64"][0] == "<i4" and back["strided"][1] == [3, 3]
+    assert back["u8"][2] == bytes(range(256)).hex()
+
+
+def test_jit_and_eager_ops_match_cpu(client: Client) -> None:
+    got, want = client.run("""
+        def f(devices, x):
+            x = jax.device_put(x, devices[0])
+            g = jax.jit(lambda a: jnp.tanh(a @ a.T) / (1 + jnp.abs(a).sum()))
+            eager = jnp.sin(x) * 2 - jnp.cumsum(x, axis=1)   # op by op
+            return jnp.concatenate([g(x), eager], axis=1)
+        x = np.random.default_rng(0).normal(size=(6, 6)).astype(np.float32)
+        result = both(f, x)
+    """)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_donation(client: Client) -> None:
+    result = client.run("""
+        step = jax.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+        p = jax.device_put(np.arange(4, dtype=np.float32), ipus[0])
+        q = step(p, np.ones(4, np.float32))
+        try:
+            np.asarray(p)
+            reuse = "no error"
+        except Exception as e:
+            reuse = str(e)
+        result = [p.is_deleted(), np.asarray(q).tolist(), reuse]
+    """)
+    deleted, values, reuse = result
+    assert deleted and values == [-0.5, 0.5, 1.5, 2.5]
+    assert "deleted" in reuse  # jax's own error for a donated array
+
+
+def test_pmap_over_8_devices(client: Client) -> None:
+    got, want = client.run("""
+        def f(devices, x):
+            return jax.pmap(lambda v: v * jax.lax.axis_index("i") + jax.lax.psum(v, "i")
+                            - jax.lax.pmean(v ** 2, "i"), axis_name="i", devices=devices)(x)
+        result = both(f, np.arange(24, dtype=np.float32).reshape(8, 3))
+    """)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_shard_map_ppermute_and_psum(client: Client) -> None:
+    got, want = client.run("""
+        def f(devices, x):
+            mesh = Mesh(np.array(devices), ("x",))
+            ring = [(i, (i + 1) % 8) for i in range(8)]
+            @jax.jit
+            @partial(jax.shard_map, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+            def step(v):
+                halo = jax.lax.ppermute(v[-1:], "x", ring)   # each block's left neighbour
+                return jnp.concatenate([halo, v[:-1]]) + jax.lax.psum(v.sum(), "x")
+            return step(x)
+        result = both(f, np.arange(32, dtype=np.float32) ** 1.5)
+    """)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_sharded_jit(client: Client) -> None:
+    result = client.run("""
+        def f(devices, a):
+            mesh = Mesh(np.array(devices).reshape(4, 2), ("data", "model"))
+            a = jax.device_put(a, NamedSharding(mesh, P("data", "model")))
+            w = jax.device_put(np.eye(6, dtype=np.float32) * 3,
+                               NamedSharding(mesh, P(None, "model")))
+            out = jax.jit(lambda a, w: jax.nn.relu(a @ w) - a.mean(axis=0))(a, w)
+            return out
+        a = np.random.default_rng(1).normal(size=(8, 6)).astype(np.float32)
+        out = f(ipus, a)
+        result = both(f, a) + [str(out.sharding.spec), len(out.sharding.device_set),
+                               [s.data.shape for s in out.addressable_shards][:2]]
+    """)
+    got, want, spec, count, shard_shapes = result
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert count == 8 and spec == "P('data', 'model')" and shard_shapes == [[2, 3]] * 2
+
+
+def test_memory_kinds(client: Client) -> None:
+    result = client.run("""
+        d = ipus[1]
+        kinds = [m.kind for m in d.addressable_memories()]
+        on = lambda kind: jax.sharding.SingleDeviceSharding(d, memory_kind=kind)
+        x = jax.device_put(np.arange(6, dtype=np.float32), on("pinned_host"))
+        y = jax.device_put(x, on("unpinned_host"))
+        @partial(jax.jit, out_shardings=on("pinned_host"))
+        def step(a):   # brought in from Streaming Memory, computed, and sent back
+            return jax.device_put(a, on("device")) * 2 + 1
+        z = step(x)
+        result = [kinds, str(d.default_memory()), x.sharding.memory_kind, y.sharding.memory_kind,
+                  z.sharding.memory_kind, np.asarray(y).tolist(), np.asarray(z).tolist()]
+    """)
+    kinds, default, x_kind, y_kind, z_kind, y, z = result
+    assert kinds == ["device", "pinned_host", "unpinned_host"]
+    assert default == "IpuMemory(id=3, kind=device, device=1)"
+    assert (x_kind, y_kind, z_kind) == ("pinned_host", "unpinned_host", "pinned_host")
+    assert y == [0, 1, 2, 3, 4, 5] and z == [1, 3, 5, 7, 9, 11]
+
+
+def test_host_callbacks_and_feeds_are_refused_clearly(client: Client) -> None:
+    """jaxlib's pip-installed client cannot run host callbacks, so each kind is refused when the
+    program lowers, with the reason and the fix (a local IPU Model)."""
+    snippets = {
+        "debug.print": "jax.jit(lambda a: (jax.debug.print('a={}', a), a)[1])(np.ones(2))",
+        "pure_callback": "jax.jit(lambda a: jax.pure_callback(np.sin, a, a))(np.ones(2))",
+        "infeed": """
+            q = jax_ipu.InfeedQueue(jax.ShapeDtypeStruct((2,), np.float32))
+            q.put(np.ones(2, np.float32))
+            jax.jit(lambda: q.get() * 2)()
+        """,
+    }
+    for name, code in snippets.items():
+        err = client.error(code)
+        assert err.type == "ValueError", (name, err)
+        assert REMOTE in err.message, name
+    # the client still works afterwards
+    assert client.run("result = float(jnp.sum(jax.device_put(np.ones(3), ipus[0])))") == 3.0
+
+
+def test_the_reason_is_in_the_installed_client() -> None:
+    """What REMOTE says of jaxlib: its client refuses to run host callbacks (a stub outside
+    Google's builds). If a jaxlib ever runs them, this fails, and remote callbacks can be
+    enabled."""
+    data = Path(schema.libjax_common()).read_bytes()
+    assert b"ExecuteLoadedHostCallback is unsupported." in data
+
+
+def _local_and_remote_figures(client: Client) -> tuple[dict, dict]:
+    code = """
+        def step(w, x):
+            h = jnp.tanh(x @ w)
+            return (h @ w.T).sum(axis=1)
+        compiled = jax.jit(step).lower(np.ones((64, 32), np.float32),
+                                       np.ones((16, 64), np.float32)).compile()
+        memory = compiled.memory_analysis()
+        costs = {k: v for k, v in compiled.cost_analysis().items() if k != "ipu_report"}
+        report = jax_ipu.report(compiled)
+        result = {
+            "memory": [memory.argument_size_in_bytes, memory.output_size_in_bytes,
+                       memory.temp_size_in_bytes, memory.alias_size_in_bytes],
+            "costs": costs,
+            "report": [report.program, report.cycles.total, report.cycles.compute,
+                       report.memory.max_tile_bytes, report.memory.peak_bytes,
+                       len(report.ops), report.flops, report.target.num_tiles,
+                       [o.location for o in report.ops][:3]],
+        }
+    """
+    remote = client.run(code)
+    local: dict = {}
+    exec(textwrap.dedent(code).replace("result =", "local_result ="), {
+        "jax": jax, "jnp": jax.numpy, "np": np, "jax_ipu": jax_ipu}, local)
+    return remote, json.loads(json.dumps(local["local_result"]))
+
+
+def test_model_figures_of_a_remote_compile(client: Client) -> None:
+    """memory_analysis(), cost_analysis() and jax_ipu.report of a remote compile are the local
+    compile's figures."""
+    remote, local = _local_and_remote_figures(client)
+    assert remote["memory"] == local["memory"]
+    assert remote["costs"].keys() == local["costs"].keys()
+    for key, value in local["costs"].items():
+        assert remote["costs"][key] == pytest.approx(value, rel=1e-7), key
+    assert remote["report"][:8] == local["report"][:8]
+    assert remote["report"][1] > 0
+
+
+def test_out_of_memory_names_the_users_line(client: Client, tmp_path: Path) -> None:
+    (tmp_path / "remote_user_model.py").write_text(textwrap.dedent("""
+        import jax.numpy as jnp
+
+        def big(x):
+            y = jnp.outer(x, x)  # 3.6 GB of float32: no IPU holds it
+            return (y @ y).sum()
+    """))
+    err = client.error(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import remote_user_model
+        jax.jit(remote_user_model.big).lower(
+            jax.ShapeDtypeStruct((30000,), np.float32)).compile()
+    """)
+    assert err.message.startswith("RESOURCE_EXHAUSTED: Out of memory on tile")
+    assert "remote_user_model.py:5 (big)" in err.message
+    assert "What to try:" in err.message
+
+
+def test_reports_are_written_on_the_server(server: Server, client: Client) -> None:
+    client.run("""
+        jax.jit(lambda a: a * 41 + 1, device=ipus[0])(np.ones(5, np.float32)).block_until_ready()
+    """)
+    folders = sorted(p.parent.name for p in (server.workdir / "server-reports").glob(
+        "*/graph.json"))
+    assert any("lambda" in name for name in folders), folders
+    assert not (Path.cwd() / "server-reports").exists()  # nothing in the client's directory
