@@ -297,18 +297,74 @@ def test_a_full_trace_keeps_what_fits_and_says_what_it_left_out(monkeypatch: Any
     step(x).block_until_ready()
 
 
-def test_the_table_chains_the_profiler_extension_jaxlib_reads() -> None:
-    """The PJRT_Api's extension list holds PJRT_Profiler_Extension (type 1) with the 80-byte
-    PLUGIN_Profiler_Api jaxlib 0.10.2 requires, and still the shardings extension (type 19)."""
+class _Api(ctypes.Structure):  # PLUGIN_Profiler_Api (profiler_c_api.h)
+    _fields_ = [("struct_size", ctypes.c_size_t), ("priv", ctypes.c_void_p),
+                *((name, ctypes.c_void_p) for name in (
+                    "error_destroy", "error_message", "error_get_code", "create", "destroy",
+                    "start", "stop", "collect_data"))]
+
+
+def _args(*fields: tuple[str, Any]) -> type[ctypes.Structure]:
+    return type("Args", (ctypes.Structure,), {"_fields_": [("struct_size", ctypes.c_size_t),
+                                                           *fields]})
+
+
+def _profiler_api() -> tuple[int, _Api]:
+    """(PJRT_Profiler_Extension.struct_size, its PLUGIN_Profiler_Api), found as jaxlib finds
+    them: by type in the PJRT_Api's extension list, which also holds the shardings one (19)."""
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
                                                                   ctypes.c_char_p]
     api = get_pointer(_table.capsule(), b"pjrt_c_api")
-    word = ctypes.c_size_t.from_address
     extension, found = ctypes.c_void_p.from_address(api + 8).value, {}
-    while extension:
+    while extension:  # PJRT_Extension_Base: struct_size, type, next
         found[ctypes.c_int.from_address(extension + 8).value] = extension
         extension = ctypes.c_void_p.from_address(extension + 16).value
     assert sorted(found) == [1, 19]
-    assert word(found[1]).value == 32  # through profiler_api (PJRT_DEFINE_STRUCT_TRAITS)
-    assert word(ctypes.c_void_p.from_address(found[1] + 24).value).value == 80
+    profiler = found[1]
+    return (ctypes.c_size_t.from_address(profiler).value,
+            _Api.from_address(ctypes.c_void_p.from_address(profiler + 24).value))
+
+
+def test_the_profiler_extension_serves_a_client_of_the_c_api() -> None:
+    """The extension as jaxlib 0.10.2 calls it (struct sizes it checks, args whose struct_size
+    it leaves unset), and the header's two-call collect_data, through its function pointers."""
+    size, api = _profiler_api()
+    assert size == 32  # through profiler_api (PJRT_DEFINE_STRUCT_TRAITS)
+    assert api.struct_size == 80  # jaxlib ignores a profiler of any other size
+    proto = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+    call = {name: proto(getattr(api, name)) for name in (
+        "create", "destroy", "start", "stop", "collect_data", "error_get_code")}
+    create = _args(("options", ctypes.c_char_p), ("options_size", ctypes.c_size_t),
+                   ("profiler", ctypes.c_void_p))(struct_size=0xDEADBEEF)  # as jaxlib: unset
+    assert call["create"](ctypes.addressof(create)) is None
+    only = _args(("profiler", ctypes.c_void_p))(struct_size=0xDEADBEEF, profiler=create.profiler)
+    step = jax.jit(lambda v: v * 3)
+    x = jax.block_until_ready(step(jax.device_put(np.ones(4, np.float32), IPU)))
+    assert call["start"](ctypes.addressof(only)) is None
+    step(x).block_until_ready()
+    assert call["stop"](ctypes.addressof(only)) is None
+    collect = _args(("profiler", ctypes.c_void_p), ("buffer", ctypes.c_void_p),
+                    ("buffer_size_in_bytes", ctypes.c_size_t))(profiler=create.profiler)
+    assert call["collect_data"](ctypes.addressof(collect)) is None
+    first = ctypes.string_at(collect.buffer, collect.buffer_size_in_bytes)
+    mine = ctypes.create_string_buffer(len(first))
+    collect.buffer = ctypes.addressof(mine)
+    assert call["collect_data"](ctypes.addressof(collect)) is None
+    assert mine.raw == first and collect.buffer_size_in_bytes == len(first)
+    (plane,) = [p for p in Message(first).messages(1) if p.text(2) == PLANE]
+    assert [line.text(2) for line in plane.messages(3)] == ["XLA Modules", "XLA Ops: jit__lambda"]
+    assert call["destroy"](ctypes.addressof(only)) is None
+    # A session that failed to be made gets a clear error from start, with its code.
+    none = _args(("profiler", ctypes.c_void_p))()
+    error = call["start"](ctypes.addressof(none))
+    code = _args(("priv", ctypes.c_void_p), ("error", ctypes.c_void_p), ("code", ctypes.c_int))(
+        error=error)
+    assert call["error_get_code"](ctypes.addressof(code)) is None and code.code == 9
+    message = _args(("priv", ctypes.c_void_p), ("error", ctypes.c_void_p),
+                    ("message", ctypes.c_void_p), ("message_size", ctypes.c_size_t))(error=error)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(api.error_message)(ctypes.addressof(message))
+    assert ctypes.string_at(message.message, message.message_size).startswith(
+        b"jax_ipu: no profiler session to start")
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(api.error_destroy)(ctypes.addressof(
+        _args(("priv", ctypes.c_void_p), ("error", ctypes.c_void_p))(error=error)))

@@ -673,16 +673,15 @@ def profiler_stop(args: Any) -> None:
 @slot("Profiler_CollectData", abi.ProfilerCollectData)
 def profiler_collect_data(args: Any) -> None:
     session = _obj(args.profiler)
-    devices = [d for client in live_clients() for d in client.addressable]
-    data = session.collect(devices)
-    if args.buffer:  # the caller's buffer, as the C API also allows: filled, if it is large
+    data = session.collect([d for client in live_clients() for d in client.addressable])
+    if args.buffer:  # the second call of the header's two-call protocol: the caller's buffer
         if args.buffer_size_in_bytes < len(data):
             raise ValueError(f"the profiler's buffer holds {args.buffer_size_in_bytes} bytes; "
                              f"its data is {len(data)} bytes")
         ctypes.memmove(args.buffer, data, len(data))
-    else:  # jaxlib reads the session's own copy, which lives as long as the session
-        keep = session.__dict__["_pjrt_buffer"] = ctypes.create_string_buffer(data, len(data))
-        args.buffer = ctypes.addressof(keep)
+    else:  # jaxlib reads the session's own copy at once; it lives as long as the session
+        args.buffer = ctypes.addressof(_keep(session, ("xspace", data), lambda: (
+            ctypes.create_string_buffer(data, len(data)))))
     args.buffer_size_in_bytes = len(data)
 
 

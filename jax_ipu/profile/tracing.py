@@ -35,12 +35,14 @@ class TraceSession:
         self.events: list[tuple[Any, ...]] = []
         self.dropped = 0
         self.origin = (time.time_ns(), time.perf_counter())
+        self.collected: bytes | None = None
 
     def start(self) -> None:
         """Record from now on."""
         global _running
         self.events.clear()
         self.dropped = 0
+        self.collected = None
         self.origin = (time.time_ns(), time.perf_counter())
         _running = self
 
@@ -68,12 +70,13 @@ class TraceSession:
 
     def collect(self, devices: Sequence[Any]) -> bytes:
         """The serialized XSpace of what was recorded, with a plane for each of `devices` (the
-        process's IPUs) and for any other device the events name. The events are let go (and
-        with them the executables they hold)."""
-        from jax_ipu.profile.xplane import xspace
+        process's IPUs) and for any other device the events name; made once, when first asked
+        for, and the events let go then (and with them the executables they hold)."""
+        if self.collected is None:
+            from jax_ipu.profile.xplane import xspace
 
-        data, warnings = xspace(self.events, devices, self.origin, self.dropped)
-        self.events.clear()
-        for warning in warnings:
-            logger.warning("%s", warning)
-        return data
+            self.collected, warnings = xspace(self.events, devices, self.origin, self.dropped)
+            self.events.clear()
+            for warning in warnings:
+                logger.warning("%s", warning)
+        return self.collected

@@ -81,7 +81,9 @@ static PJRT_Error *create(CreateArgs *a) {
   return forward_sized(SLOT_Profiler_Create, a, sizeof *a);
 }
 static PJRT_Error *start(ProfilerArgs *a) {
-  if (a->profiler == NULL) return new_error(CODE_FAILED_PRECONDITION, "no jax_ipu profiler");
+  if (a->profiler == NULL)
+    return new_error(CODE_FAILED_PRECONDITION, "jax_ipu: no profiler session to start (creating "
+                     "it failed; its error was logged when the trace began)");
   return forward_sized(SLOT_Profiler_Start, a, sizeof *a);
 }
 static PJRT_Error *stop(ProfilerArgs *a) {
