@@ -24,12 +24,10 @@ MAX_OP_EVENTS = 500_000
 SPACE_PLANES = 1
 PLANE_ID, PLANE_NAME, PLANE_LINES, PLANE_EVENT_METADATA, PLANE_STAT_METADATA, PLANE_STATS = (
     1, 2, 3, 4, 5, 6)
-LINE_ID, LINE_NAME, LINE_TIMESTAMP_NS, LINE_EVENTS, LINE_DURATION_PS, LINE_DISPLAY_ID = (
-    1, 2, 3, 4, 9, 10)
+LINE_ID, LINE_NAME, LINE_TIMESTAMP_NS, LINE_EVENTS, LINE_DISPLAY_ID = 1, 2, 3, 4, 10
 EVENT_METADATA_ID, EVENT_OFFSET_PS, EVENT_DURATION_PS, EVENT_STATS = 1, 2, 3, 4
 STAT_METADATA_ID, STAT_DOUBLE, STAT_INT64, STAT_STR = 1, 2, 4, 5
-EVENT_METADATA_ID_FIELD, EVENT_METADATA_NAME, EVENT_METADATA_DISPLAY_NAME = 1, 2, 4
-EVENT_METADATA_STATS = 5
+EVENT_METADATA_ID_FIELD, EVENT_METADATA_NAME, EVENT_METADATA_STATS = 1, 2, 5
 STAT_METADATA_ID_FIELD, STAT_METADATA_NAME, STAT_METADATA_DESCRIPTION = 1, 2, 3
 MAP_KEY, MAP_VALUE = 1, 2  # a map<int64, M> field is a repeated entry message
 
@@ -74,7 +72,7 @@ class _Plane:
         self.target = device.target
         self.ps_per_cycle = 1e12 / self.target.clock_hz
         self.free_ps = 0  # when the device is done with what it was given, from the origin
-        self.lines: dict[str, list[Writer]] = {MODULES: []}
+        self.lines: dict[str, list[Writer]] = {}
         self.event_ids: dict[Any, int] = {}
         self.event_metadata: list[Writer] = []
         self.stat_ids: dict[str, int] = {}
@@ -114,7 +112,7 @@ class _Plane:
         """(start, duration) in ps of `cycles` of device work the host issued at host_ps: it
         starts once the device is free."""
         start = max(host_ps, self.free_ps)
-        duration = round(cycles * self.ps_per_cycle)
+        duration = self.ps(cycles)
         self.free_ps = start + duration
         return start, duration
 
