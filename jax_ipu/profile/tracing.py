@@ -28,13 +28,27 @@ def running() -> TraceSession | None:
     return _running
 
 
+def _clock_pair() -> tuple[int, float]:
+    """(time.time_ns(), time.perf_counter()) at one moment: of a few tries, the one read in the
+    shortest bracket of perf_counter, with its middle (a preemption between the two reads would
+    shift every event of the trace against the host's)."""
+    best = (float("inf"), 0, 0.0)
+    for _ in range(5):
+        before = time.perf_counter()
+        wall = time.time_ns()
+        after = time.perf_counter()
+        if after - before < best[0]:
+            best = (after - before, wall, (before + after) / 2)
+    return best[1], best[2]
+
+
 class TraceSession:
     """One jax.profiler session's view of the IPUs."""
 
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.dropped = 0
-        self.origin = (time.time_ns(), time.perf_counter())
+        self.origin = _clock_pair()
         self.collected: bytes | None = None
 
     def start(self) -> None:
@@ -43,7 +57,7 @@ class TraceSession:
         self.events.clear()
         self.dropped = 0
         self.collected = None
-        self.origin = (time.time_ns(), time.perf_counter())
+        self.origin = _clock_pair()
         _running = self
 
     def stop(self, dropped: int) -> None:
