@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 CSRC = "jax_ipu/pjrt/csrc/"
 # One file per PJRT object (see csrc/pjrt.h); table.c holds the table and the module.
 SOURCES = ["table.c", "error.c", "event.c", "handle.c", "memory.c", "buffer.c", "executable.c",
-           "execute.c"]
+           "execute.c", "profiler.c"]
 
 setup(
     ext_modules=[

@@ -55,6 +55,10 @@ _distributed = _module("jax._src.distributed")
 compilation_cache = _module("jax._src.compilation_cache")
 
 register_plugin = _attr(_xla_bridge, "register_plugin", ("plugin_name", "priority", "c_api"))
+# register_plugin_profiler(c_api): jax.profiler's sessions collect the planes of the plugin's
+# profiler extension. xla_bridge calls it only for plugins it loads by library path.
+_lib = _module("jax._src.lib")
+register_plugin_profiler = _attr(_lib, "_profiler.register_plugin_profiler")
 backends = _attr(_xla_bridge, "backends")
 # Platforms whose programs jax lowers with input/output aliases for donated arguments.
 platforms_with_donation: list[str] = _attr(_mlir, "_platforms_with_donation")

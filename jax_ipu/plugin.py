@@ -147,8 +147,10 @@ def initialize() -> None:
         from jax_ipu.pjrt import slots
 
         use_compilation_cache()
-        _internals.register_plugin(PLATFORM, priority=400,
-                                   c_api=slots.install(distributed_state))
+        c_api = slots.install(distributed_state)
+        _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
+        # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).
+        _internals.register_plugin_profiler(c_api)
     lowering.register(PLATFORM)
     # Moves between memory kinds inside programs (Streaming Memory), as on tpu and gpu.
     _internals.register_lowering(_internals.device_put_p,

@@ -80,7 +80,9 @@ def test_table_speaks_the_api_of_jaxlib():
     assert (_table.API_MAJOR, _table.API_MINOR) == (0, 112)
     assert _table.NUM_SLOTS == 138
     assert slots.SLOT_NAMES[138:] == ("PJRT_Shardings_ParameterShardings",
-                                      "PJRT_Shardings_OutputShardings")
+                                      "PJRT_Shardings_OutputShardings", "PJRT_Profiler_Create",
+                                      "PJRT_Profiler_Start", "PJRT_Profiler_Stop",
+                                      "PJRT_Profiler_CollectData")
 
 
 @pytest.mark.parametrize("version", ["0.9.2", "0.11.0", "1.0.0"])

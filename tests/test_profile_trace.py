@@ -64,3 +64,33 @@ def test_timeline_events_are_bounded(monkeypatch) -> None:
     events = check_trace_events(trace)
     assert [(e["ts"], e["dur"]) for e in events] == [(0.0, 500000.0), (1e6, 500000.0)]
     assert trace["otherData"]["dropped_events"] == 3
+
+
+def test_moves_between_memory_kinds_reach_the_timeline_and_a_jax_trace_at_once(
+        tmp_path: Path) -> None:
+    """With PVTI_OPTIONS on and a jax.profiler trace running, a move to Streaming Memory is told
+    to both: a `move` event on the host timeline and on the IPU's Streaming Memory row."""
+    from jax_ipu.model.streaming import move
+    from jax_ipu.model.targets import get_target
+    from jax_ipu.protowire import Message
+    from tests._subprocess import run_python
+
+    run_python(f"""
+    import jax, numpy as np
+    from jax.sharding import SingleDeviceSharding
+    ipu = jax.devices("ipu")[0]
+    x = jax.device_put(np.ones((64, 64), np.float32), ipu)
+    with jax.profiler.trace({str(tmp_path / "xprof")!r}):
+        jax.device_put(x, SingleDeviceSharding(ipu, memory_kind="pinned_host")).block_until_ready()
+    """, env={"PVTI_OPTIONS": json.dumps({"enable": "true", "directory": str(tmp_path / "t")})})
+    cycles = move(64 * 64 * 4, "device", "pinned_host", get_target("ipu2")).total
+    (path,) = (tmp_path / "t").iterdir()
+    (moved,) = [e for e in check_trace_events(json.loads(path.read_text()))
+                if e["name"] == "move device -> pinned_host"]
+    assert moved["args"]["model_cycles"] == cycles and moved["args"]["bytes"] == 16384
+    (xplane,) = (tmp_path / "xprof").glob("plugins/profile/*/*.xplane.pb")
+    (plane,) = [p for p in Message(xplane.read_bytes()).messages(1)
+                if p.text(2) == "/device:CUSTOM:IPU:0"]
+    (line,) = [line for line in plane.messages(3) if line.text(2) == "Streaming Memory"]
+    (event,) = line.messages(4)
+    assert event.integer(3) == round(cycles * 1e12 / get_target("ipu2").clock_hz)  # duration ps

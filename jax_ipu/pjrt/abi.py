@@ -227,6 +227,15 @@ ExecutableShardings = _struct(
     "executable:ptr num_outputs:size shardings:ptr sharding_sizes:ptr",
 )
 
+# The profiler extension's args (xla/backends/profiler/plugin/profiler_c_api.h), which have no
+# extension_start; profiler.c hands Python a copy whose struct_size is set (jaxlib's is not).
+ProfilerCreate = _struct("PLUGIN_Profiler_Create_Args",
+                         "struct_size:size options:ptr options_size:size profiler:ptr", head=False)
+ProfilerOnly = _struct("PLUGIN_Profiler_Start_Args", "struct_size:size profiler:ptr", head=False)
+ProfilerCollectData = _struct(
+    "PLUGIN_Profiler_CollectData_Args",
+    "struct_size:size profiler:ptr buffer:ptr buffer_size_in_bytes:size", head=False)
+
 # Args of slots the C table serves; the ABI self-test checks them against jaxlib's sizes.
 LoadedExecute = _struct(
     "PJRT_LoadedExecutable_Execute_Args",

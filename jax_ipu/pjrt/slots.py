@@ -18,7 +18,8 @@ from jax_ipu import _internals, dtypes
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError, from_host_callback
 from jax_ipu.pjrt import _table, abi
 from jax_ipu.pjrt.waiter import Waiter
-from jax_ipu.runtime.client import IpuClient, Settings
+from jax_ipu.profile import tracing
+from jax_ipu.runtime.client import IpuClient, Settings, live_clients
 from jax_ipu.runtime.cluster import Cluster
 from jax_ipu.runtime.device import IpuDevice, IpuMemory
 from jax_ipu.runtime.executable import IpuExecutable
@@ -645,6 +646,43 @@ def buffer_copy_to_device(args: Any) -> None:
 @slot("Buffer_CopyToMemory", abi.BufferCopyTo)
 def buffer_copy_to_memory(args: Any) -> None:
     _copy(args, _obj(args.dst))
+
+
+# ---- jax.profiler: the profiler extension's sessions (pjrt/csrc/profiler.c) ----
+@slot("Profiler_Create", abi.ProfilerCreate)
+def profiler_create(args: Any) -> None:
+    # args.options: jax's ProfileOptions, whose levels say nothing the IPUs' trace can use
+    # (jax 0.10 gives no way to set device_tracer_level).
+    args.profiler = _table.give(_table.new_handle(tracing.TraceSession()))
+
+
+@slot("Profiler_Start", abi.ProfilerOnly)
+def profiler_start(args: Any) -> None:
+    session = _obj(args.profiler)
+    session.start()
+    _table.trace_into(session.events, tracing.MAX_EVENTS)
+
+
+@slot("Profiler_Stop", abi.ProfilerOnly)
+def profiler_stop(args: Any) -> None:
+    session = _obj(args.profiler)
+    dropped = _table.trace_into(None, 0) if tracing.running() is session else 0
+    session.stop(dropped)
+
+
+@slot("Profiler_CollectData", abi.ProfilerCollectData)
+def profiler_collect_data(args: Any) -> None:
+    session = _obj(args.profiler)
+    data = session.collect([d for client in live_clients() for d in client.addressable])
+    if args.buffer:  # the second call of the header's two-call protocol: the caller's buffer
+        if args.buffer_size_in_bytes < len(data):
+            raise ValueError(f"the profiler's buffer holds {args.buffer_size_in_bytes} bytes; "
+                             f"its data is {len(data)} bytes")
+        ctypes.memmove(args.buffer, data, len(data))
+    else:  # jaxlib reads the session's own copy at once; it lives as long as the session
+        args.buffer = ctypes.addressof(_keep(session, ("xspace", data), lambda: (
+            ctypes.create_string_buffer(data, len(data)))))
+    args.buffer_size_in_bytes = len(data)
 
 
 def _no_distributed_state() -> Any:

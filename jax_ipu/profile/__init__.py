@@ -1,4 +1,5 @@
-"""Reports and traces a person reads: Poplar-style graph/execution profiles, HTML, host timeline.
+"""Reports and traces a person reads: Poplar-style graph/execution profiles, HTML, host timeline,
+and the IPUs' planes in jax.profiler's traces (tracing.py, xplane.py).
 
 The runtime asks `from_environment()` once per client; it returns None unless reports are wanted."""
 
@@ -7,16 +8,49 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
+from jax_ipu.profile import tracing
 
-class Profiler(Protocol):
-    """What the runtime tells the profiler; every time is time.perf_counter() seconds."""
+
+class Listener(Protocol):
+    """What the runtime tells of data it moves; every time is time.perf_counter() seconds."""
+
+    def transferred(self, direction: str, nbytes: int, device: Any, start: float,
+                    end: float, cycles: int) -> None: ...
+
+    def moved(self, device: Any, nbytes: int, source: str, dest: str, start: float, end: float,
+              setup_cycles: float, transfer_cycles: float) -> None: ...
+
+
+class Profiler(Listener, Protocol):
+    """What the runtime tells the reports' profiler, which also hears of every compile and run."""
 
     def compiled(self, executable: Any, start: float, end: float) -> None: ...
 
     def executed(self, executable: Any, device: Any, start: float, end: float) -> None: ...
 
-    def transferred(self, direction: str, nbytes: int, device: Any, start: float,
-                    end: float, cycles: int) -> None: ...
+
+class _Both:
+    """Two listeners told the same."""
+
+    def __init__(self, first: Listener, second: Listener) -> None:
+        self.listeners = (first, second)
+
+    def transferred(self, *args: Any) -> None:
+        for listener in self.listeners:
+            listener.transferred(*args)
+
+    def moved(self, *args: Any) -> None:
+        for listener in self.listeners:
+            listener.moved(*args)
+
+
+def listening(recorder: Profiler | None) -> Listener | None:
+    """Who hears of transfers now: the reports' `recorder`, a running jax.profiler trace of the
+    IPUs, both, or None. (Runs and reads back reach a trace from C, pjrt/csrc/profiler.c.)"""
+    trace = tracing.running()
+    if trace is None:
+        return recorder
+    return trace if recorder is None else _Both(recorder, trace)
 
 
 _RECORDERS: list[Any] = []

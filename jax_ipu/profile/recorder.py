@@ -100,6 +100,13 @@ class Recorder:
                               start, end, {"bytes": nbytes, "device": device.id,
                                            "model_cycles": cycles})
 
+    def moved(self, device: Any, nbytes: int, source: str, dest: str, start: float, end: float,
+              setup_cycles: float, transfer_cycles: float) -> None:
+        if self.timeline:
+            self.timeline.add(f"move {source} -> {dest}", "transfer", f"transfers ipu{device.id}",
+                              start, end, {"bytes": nbytes, "device": device.id,
+                                           "model_cycles": setup_cycles + transfer_cycles})
+
     def flush(self) -> None:
         """Write the execution profiles of programs that ran since the last flush, and the
         timeline. Called at exit; call it earlier to read the reports while the process runs."""

@@ -207,14 +207,15 @@ class IpuClient:
         """Host -> a device's memory: a CPU array with a copy of `host`, which may be a view of
         memory the caller reuses once this returns. Refused when that memory cannot hold it."""
         _check_room(memory, host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}")
-        start = time.perf_counter() if self.profiler else 0.0
+        listener = profile.listening(self.profiler)
+        start = time.perf_counter() if listener else 0.0
         array = self._place(host, memory)
         if memory.kind != UNPINNED_HOST:  # host memory is the host's own: nothing moves
             device = memory.device
             cycles = device.charge(memory.transfer_advance(host.nbytes, TO_DEVICE))
-            if self.profiler:
-                self.profiler.transferred("host_to_device", host.nbytes, device, start,
-                                          time.perf_counter(), cycles)
+            if listener:
+                listener.transferred("host_to_device", host.nbytes, device, start,
+                                     time.perf_counter(), cycles)
         return array
 
     def _place(self, host: np.ndarray, memory: IpuMemory) -> Any:
@@ -242,21 +243,26 @@ class IpuClient:
         """One memory -> another: between the kinds of one device, a move the model charges
         (over the gateway for Streaming Memory, the host link for host memory); to another
         device, through the host in this model (over IPU-Links on hardware)."""
+        listener = profile.listening(self.profiler)
+        start = time.perf_counter() if listener else 0.0
         if source.device is not dest.device:
-            start = time.perf_counter() if self.profiler else 0.0
             host = np.asarray(array)
             if source.kind != UNPINNED_HOST:
                 cycles = source.device.charge(source.read_advance(host.nbytes))
-                if self.profiler:
-                    self.profiler.transferred("device_to_host", host.nbytes, source.device,
-                                              start, time.perf_counter(), cycles)
+                if listener:
+                    listener.transferred("device_to_host", host.nbytes, source.device,
+                                         start, time.perf_counter(), cycles)
             return self.put(host, dest)
         host = np.asarray(array)
         _check_room(dest, host.nbytes, f"a copy of {host.dtype.name}{list(host.shape)}")
         moved = move(host.nbytes, source.kind, dest.kind, dest.device.target)
         dest.device.advance("streaming_setup", moved.setup_cycles)
         dest.device.advance("streaming", moved.transfer_cycles)
-        return self._place(host, dest)
+        placed = self._place(host, dest)
+        if listener and moved.total:
+            listener.moved(dest.device, host.nbytes, source.kind, dest.kind, start,
+                           time.perf_counter(), moved.setup_cycles, moved.transfer_cycles)
+        return placed
 
 
 def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:

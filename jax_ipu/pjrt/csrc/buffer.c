@@ -252,7 +252,7 @@ static PJRT_Error *buffer_copy(Handle *h, void *dst) {
 }
 
 /* Charges one read of the buffer by the host to its device's clock (what its memory kind's
-   reads cost), and tells the profiler of a read that crossed the host link (GIL held). `start`
+   reads cost), and tells the profilers of a read that crossed the host link (GIL held). `start`
    is when the read began. */
 static PJRT_Error *buffer_charge_read(Handle *h, double start) {
   Handle *device = h->memory->device;
@@ -261,7 +261,9 @@ static PJRT_Error *buffer_charge_read(Handle *h, double start) {
     device->clock[c] += h->read.cycles[c];
     cycles += h->read.cycles[c];
   }
-  if (device->on_read == NULL || cycles == 0) return NULL; /* host memory: nothing moved */
+  if (cycles == 0) return NULL; /* host memory: nothing moved */
+  if (trace_sink) trace_read(device->obj, h->nbytes, start, monotonic_s(), cycles);
+  if (device->on_read == NULL) return NULL;
   PyObject *res = PyObject_CallFunction(device->on_read, "nddL", (Py_ssize_t)h->nbytes, start,
                                         monotonic_s(), (long long)cycles);
   Py_XDECREF(res);

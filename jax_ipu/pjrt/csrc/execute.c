@@ -193,7 +193,9 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
   PyObject *cpu_args = NULL, *results = NULL, *outputs = NULL, *token = NULL;
   PJRT_Event *event = NULL;
   unsigned char *keep = NULL;
-  double start = p->after ? monotonic_s() : 0.0;
+  /* the profilers': Poplar-style reports (after) and a running jax.profiler trace */
+  PyObject *traced = trace_sink;
+  double start = p->after || traced ? monotonic_s() : 0.0;
 
   if (exe->deleted) {
     char msg[512];
@@ -297,6 +299,7 @@ PJRT_Error *c_LoadedExecutable_Execute(void *args) {
     if (!p->donated[i] || keep[i]) continue;
     for (size_t d = 0; d < a->num_devices; d++) buffer_release(FROM_PJRT(a->argument_lists[d][i]));
   }
+  if (traced && traced == trace_sink) trace_run(exe->obj, start, monotonic_s());
   if (p->after) {
     PyObject *res = PyObject_CallFunction(p->after, "dd", start, monotonic_s());
     if (res == NULL) goto python_error;

@@ -80,12 +80,16 @@ static inline double monotonic_s(void) {
   X(Device_ClearMemoryStats) X(TopologyDescription_MakeCanonicalShapeForMemorySpace) \
   X(TopologyDescription_GetMemorySpaceKindIds)
 
-/* Functions of the extensions chained from the table (after the slots, in Python's numbering). */
+/* Functions of the extensions chained from the table (after the slots, in Python's numbering):
+   the table's own trampolines, then the profiler's (profiler.c forwards those itself). */
 #define EXTENSION_FNS(X) X(Shardings_ParameterShardings) X(Shardings_OutputShardings)
+#define PROFILER_FNS(X) X(Profiler_Create) X(Profiler_Start) X(Profiler_Stop) \
+  X(Profiler_CollectData)
 
 #define SLOT_ENUM(name) SLOT_##name,
 enum { SLOTS(SLOT_ENUM) NUM_SLOTS };
-enum { EXT_BEFORE_FIRST = NUM_SLOTS - 1, EXTENSION_FNS(SLOT_ENUM) NUM_HANDLERS };
+enum { EXT_BEFORE_FIRST = NUM_SLOTS - 1, EXTENSION_FNS(SLOT_ENUM) PROFILER_FNS(SLOT_ENUM)
+       NUM_HANDLERS };
 
 /* The struct_size jaxlib last passed to each slot: an ABI self-check, read by the tests. */
 extern size_t seen_size[NUM_HANDLERS];
@@ -111,6 +115,8 @@ PJRT_Error *new_error_n(int code, const char *msg, size_t n);
 PJRT_Error *new_error(int code, const char *msg);
 PJRT_Error *error_from_python(void);
 PJRT_Error *finalizing_error(int slot);
+/* Calls the Python handler of `slot` with `args` (the table's trampolines and profiler.c). */
+PJRT_Error *forward(int slot, void *args);
 
 /* ---- events (event.c): ready at once, or pending until the waiter thread resolves them ---- */
 typedef struct PJRT_Event PJRT_Event;
@@ -228,6 +234,15 @@ PyObject *plan_fields(void);
 
 /* ---- execute (execute.c) ---- */
 int execute_init(void);
+
+/* ---- the profiler extension (profiler.c): jax.profiler's sessions, and what a running one
+   records. trace_sink is the list a running trace appends to (GIL held), NULL otherwise: the
+   only check the hot paths make. */
+extern PyObject *trace_sink;
+void *profiler_extension(void *next); /* the PJRT_Profiler_Extension, chained before `next` */
+void trace_run(PyObject *executable, double start, double end);
+void trace_read(PyObject *device, size_t nbytes, double start, double end, int64_t cycles);
+PyObject *py_trace_into(PyObject *self, PyObject *args);
 
 
 /* ---- slots served in C, by file ---- */

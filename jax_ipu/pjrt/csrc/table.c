@@ -21,7 +21,8 @@ typedef struct {
 } ShardingsExtension;
 
 #define SLOT_NAME(name) "PJRT_" #name,
-const char *slot_names[NUM_HANDLERS] = {SLOTS(SLOT_NAME) EXTENSION_FNS(SLOT_NAME)};
+const char *slot_names[NUM_HANDLERS] = {SLOTS(SLOT_NAME) EXTENSION_FNS(SLOT_NAME)
+                                         PROFILER_FNS(SLOT_NAME)};
 size_t seen_size[NUM_HANDLERS];
 
 static Api api;
@@ -33,7 +34,7 @@ PyObject *waiter;
 static void noop_deleter(void *unused) { (void)unused; } /* plugin-owned data outlives the call */
 static void free_deleter(void *data) { free(data); }      /* bytes handed over by owned_bytes() */
 
-static PJRT_Error *forward(int slot, void *args) {
+PJRT_Error *forward(int slot, void *args) {
   SEEN(slot, args);
   if (Py_IsFinalizing() || dispatcher == NULL) return finalizing_error(slot);
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -166,6 +167,9 @@ static PyMethodDef methods[] = {
     {"resolve", py_resolve, METH_VARARGS,
      "resolve(event, code, message): an execution finished (code 0) or failed."},
     {"drain", py_drain, METH_NOARGS, "Release handles whose destroy arrived without the GIL."},
+    {"trace_into", py_trace_into, METH_VARARGS,
+     "trace_into(events, limit): runs and reads append to the list `events` (at most `limit` "
+     "entries) until trace_into(None, 0), which returns how many were left out."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_table", NULL, -1, methods,
@@ -185,7 +189,7 @@ PyMODINIT_FUNC PyInit__table(void) {
   api.struct_size = sizeof api;
   shardings_extension.base.struct_size = sizeof shardings_extension;
   shardings_extension.base.type = EXTENSION_TYPE_SHARDINGS;
-  shardings_extension.base.next = NULL;
+  shardings_extension.base.next = profiler_extension(NULL);
   shardings_extension.parameter_shardings = (void *)tramp_Shardings_ParameterShardings;
   shardings_extension.output_shardings = (void *)tramp_Shardings_OutputShardings;
   api.extension_start = &shardings_extension;
