@@ -125,6 +125,12 @@ FLAGS: tuple[Flag, ...] = (
         "empty means <user cache dir>/jax_ipu/vertices ($XDG_CACHE_HOME or ~/.cache).",
         "'' or a directory path", lambda v: True,
     ),
+    Flag(
+        "jax_ipu_tile_worker_timeout_s", float, 60.0,
+        "How long a custom MultiVertex's workers may run on one tile before they are stopped "
+        "and the call fails (a worker waiting for a result no other worker writes).",
+        "a number of seconds greater than 0, e.g. 60", lambda v: v > 0,
+    ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
 
