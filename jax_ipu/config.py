@@ -37,6 +37,9 @@ class Flag:
     help: str
     allowed: str
     check: Callable[[Any], bool]
+    # Read each time it is used (when a program is traced), not when the backend starts, so
+    # it may change at any time.
+    read_on_use: bool = False
 
     @property
     def env_var(self) -> str:
@@ -129,7 +132,7 @@ FLAGS: tuple[Flag, ...] = (
         "jax_ipu_tile_worker_timeout_s", float, 60.0,
         "How long a custom MultiVertex's workers may run on one tile before they are stopped "
         "and the call fails (a worker waiting for a result no other worker writes).",
-        "a number of seconds greater than 0, e.g. 60", lambda v: v > 0,
+        "a number of seconds greater than 0, e.g. 60", lambda v: v > 0, read_on_use=True,
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}

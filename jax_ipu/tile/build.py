@@ -238,18 +238,20 @@ def library(build: Build) -> Path:
 
 
 def register(build: Build, description: str, name: str | None = None,
-             symbol: str = "JaxIpuVertexHandler") -> str:
+             symbol: str = "JaxIpuVertexHandler", workers: bool = True) -> str:
     """Build (or find) the library, load it, and register its handler `symbol` as an XLA FFI
     target for the host (XLA:CPU, which also runs ipu programs); the target's name (`name`, else
     one from the build's digest and the symbol), which compiled ipu programs may call
-    (compiler/checks.py is told). One build may hold several handlers."""
+    (compiler/checks.py is told). One build may hold several handlers. `workers`: the library
+    may hold MultiVertex codelets, which need the worker threads' library loaded first."""
     with _lock:
         command = compiler()
         digest = build.digest(command)
         default = f"jax_ipu_vertex_{digest[:24]}"
         target = name or (default if symbol == "JaxIpuVertexHandler" else f"{default}_{symbol}")
         if target not in _loaded:
-            _load_workers(command)
+            if workers:
+                _load_workers(command)
             if digest not in _libraries:
                 _libraries[digest] = ctypes.CDLL(str(library(build)))
             lib = _libraries[digest]
@@ -260,10 +262,13 @@ def register(build: Build, description: str, name: str | None = None,
         return target
 
 
+_workers: list[ctypes.CDLL] = []
+
+
 def _load_workers(command: list[str]) -> None:
-    """Load the worker threads' library once, its symbols global: MultiVertex libraries
-    resolve jax_ipu_run_workers against it when they are loaded."""
-    workers = Build(WORKERS_SOURCE.read_text(), str(WORKERS_SOURCE), "")
-    digest = workers.digest(command)
-    if digest not in _libraries:
-        _libraries[digest] = ctypes.CDLL(str(library(workers)), mode=ctypes.RTLD_GLOBAL)
+    """Load the worker threads' library once per process, its symbols global: MultiVertex
+    libraries (whichever compiler built them: its interface is C) resolve jax_ipu_run_workers
+    against it when they are loaded."""
+    if not _workers:
+        workers = Build(WORKERS_SOURCE.read_text(), str(WORKERS_SOURCE), "")
+        _workers.append(ctypes.CDLL(str(library(workers)), mode=ctypes.RTLD_GLOBAL))

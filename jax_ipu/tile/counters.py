@@ -33,7 +33,7 @@ def _register() -> None:
     source = (build.NATIVE_DIR / "cycle_count.cc").read_text()
     build.register(build.Build(source, str(build.NATIVE_DIR / "cycle_count.cc"), ""),
                    "the IPU Model's cycle counter (jax_ipu.tile.ipu_cycle_count)",
-                   name=CYCLE_COUNT_TARGET)
+                   name=CYCLE_COUNT_TARGET, workers=False)
     with _lock:
         _registered = True
 

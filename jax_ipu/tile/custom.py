@@ -254,10 +254,16 @@ def _fields(call: VertexCall, avals: Sequence[Any]) -> list[codegen.Field]:
     return fields
 
 
+def _kinds(call: VertexCall) -> dict[str, str]:
+    """Each scalar attribute's kind: 'int', 'float' or 'bool'."""
+    return {k: _attribute_kind(k, v, call.vertex) for k, v in call.attributes.items()}
+
+
 def _layout(call: VertexCall, fields: list[codegen.Field]) -> tuple[Any, ...]:
-    """What a vertex's glue depends on (never a shape): its build key."""
-    kinds = tuple((k, _attribute_kind(k, v, call.vertex)) for k, v in call.attributes.items())
-    return (call.codelet, call.vertex, tuple((f.name, f.role, f.dtype) for f in fields), kinds,
+    """What a vertex's build depends on (never a shape): the compiler, the codelet and the
+    glue's fields and attributes."""
+    return (tuple(build.compiler()), call.codelet, call.vertex,
+            tuple((f.name, f.role, f.dtype) for f in fields), tuple(_kinds(call).items()),
             tuple(call.outputs))
 
 
@@ -294,14 +300,14 @@ def prebuild(calls: Sequence[VertexCall], avals: Sequence[Sequence[Any]]) -> Non
                 pending[key] = (call, fields)
         if not pending:
             return
-        codelets = {call.codelet for call, _ in pending.values()}
-        if len(codelets) != 1:
-            raise tile_error("prebuild: vertices built together share one codelet")
-        (codelet,) = codelets
+        codelets = [call.codelet for call, _ in pending.values()]
+        codelet = codelets[0]
+        if any((c.source, c.directory) != (codelet.source, codelet.directory)
+               for c in codelets):
+            raise tile_error("prebuild: vertices built together must share one codelet")
         glue = []
         for i, (call, fields) in enumerate(pending.values()):
-            kinds = dict(_layout(call, fields)[3])
-            glue.append(codegen.glue(call.vertex, fields, kinds, symbol=f"JaxIpuVertex{i}",
+            glue.append(codegen.glue(call.vertex, fields, _kinds(call), symbol=f"JaxIpuVertex{i}",
                                      results=list(call.outputs)))
         library = build.Build(codelet.source, codelet.name, "\n".join(glue), codelet.directory)
         for i, (key, (call, _)) in enumerate(pending.items()):
@@ -313,15 +319,15 @@ def prebuild(calls: Sequence[VertexCall], avals: Sequence[Sequence[Any]]) -> Non
 def call_vertex(call: VertexCall, args: Sequence[TileShardedArray], tiles: Tiles,
                 sync: bool) -> TileShardedArray | tuple[TileShardedArray, ...]:
     """Run a custom vertex on each row of `args` (one row per entry of `tiles`)."""
+    attributes = call.attributes  # all of them, for the JAX implementation
     call = _split_attributes(call)
     avals = [jax.ShapeDtypeStruct(a.tile_shape, a.dtype) for a in args]
     if len(avals) != len(call.inputs):
         raise type_error(f"vertex {call.vertex} takes {len(call.inputs)} input(s) "
                          f"({', '.join(call.inputs)}), got {len(avals)}")
     fields = _fields(call, avals)
-    key = _layout(call, fields)
-    kinds = dict(key[3])
-    target = _PREBUILT.get(key) or build.register(
+    kinds = _kinds(call)
+    target = _PREBUILT.get(_layout(call, fields)) or build.register(
         build.Build(call.codelet.source, call.codelet.name,
                     codegen.glue(call.vertex, fields, kinds, results=list(call.outputs)),
                     call.codelet.directory),
@@ -340,7 +346,6 @@ def call_vertex(call: VertexCall, args: Sequence[TileShardedArray], tiles: Tiles
     const_values = [jnp.asarray(v) for v in call.constants.values()]
     k = len(args)
     impl = call.impl
-    attributes = call.attributes
 
     def run_codelet(*xs: Any) -> tuple[Any, ...]:
         return tuple(jax.ffi.ffi_call(target, results)(*xs, **ffi_attrs))

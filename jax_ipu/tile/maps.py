@@ -11,38 +11,11 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jax_ipu.tile.array import TileShardedArray, check_tile_arrays
 from jax_ipu.tile.ops import composite_call
-from jax_ipu.tile.primitives import TilePrimitive
+from jax_ipu.tile.primitives import DEFAULT_PARAMS, TilePrimitive
 from jax_ipu.tile.validate import Tiles, check_tiles, tile_error, type_error
-
-_ACCURACY = {"accuracy": None}
-_SHARDING = {"sharding": None}
-_OUT_SHARDING = {"out_sharding": None}
-# Parameters jax's lax wrappers fill in for the user, by primitive name.
-DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    **{name: _ACCURACY for name in ("exp", "exp2", "log", "log1p", "expm1", "sin", "cos", "tan",
-                                    "tanh", "logistic", "sqrt", "rsqrt", "cbrt")},
-    **{name: _OUT_SHARDING for name in ("reduce_sum", "reduce_max", "reduce_min",
-                                        "reduce_prod")},
-    **{name: {"reverse": False} for name in ("cumsum", "cumprod", "cummax", "cummin",
-                                             "cumlogsumexp")},
-    "reshape": {"dimensions": None, **_SHARDING},
-    "convert_element_type": {"weak_type": False, **_SHARDING},
-    "iota": {"dimension": 0, **_SHARDING},
-    "broadcast_in_dim": _SHARDING,
-    "sort": {"is_stable": True, "num_keys": 1},
-    "dot_general": {"precision": None, "preferred_element_type": None, **_OUT_SHARDING},
-    "rng_bit_generator": {"dtype": np.dtype(np.uint32),
-                          "algorithm": lax.RandomAlgorithm.RNG_DEFAULT, **_OUT_SHARDING},
-    "argmax": {"index_dtype": np.dtype(np.int32)},
-    "argmin": {"index_dtype": np.dtype(np.int32)},
-    "gather": {"fill_value": None},
-    **{name: {"update_jaxpr": None, "update_consts": ()}
-       for name in ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max")},
-}
 
 
 def _canonical(value: Any) -> Any:

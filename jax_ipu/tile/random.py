@@ -21,7 +21,7 @@ from jax_ipu.tile.validate import check_tiles, type_error
 
 SEED_WORDS = 4
 SOURCE = build.NATIVE_DIR / "random.cc"
-# op name -> (its handler in random.cc, what the compiler's checks say of it)
+# op name -> its handler in random.cc
 _TARGETS = {
     "ipu_random_uniform": "JaxIpuRandomUniform", "ipu_random_normal": "JaxIpuRandomNormal",
     "ipu_get_hw_seeds": "JaxIpuGetHwSeeds", "ipu_set_hw_seeds": "JaxIpuSetHwSeeds",
@@ -35,7 +35,7 @@ def _target(name: str) -> str:
         if name not in _registered:
             library = build.Build(SOURCE.read_text(), str(SOURCE), "")
             build.register(library, f"the IPU Model's tile random generators ({name})",
-                           name=f"jax_ipu_{name}", symbol=_TARGETS[name])
+                           name=f"jax_ipu_{name}", symbol=_TARGETS[name], workers=False)
             _registered.add(name)
     return f"jax_ipu_{name}"
 

@@ -17,11 +17,12 @@ using namespace poplar;
 static constexpr unsigned kWorkers = MultiVertex::numWorkers();
 
 // Partial sums handed from workers 1..5 to worker 0. A worker stores its value, then raises its
-// flag; worker 0 waits for each flag, reads the value and lowers the flag for the next run. It
-// works however the workers are scheduled, because only the reader resets a flag.
+// flag (a release store); worker 0 waits for each flag (acquire loads), reads the value and
+// lowers the flag for the next run. It works however the workers are scheduled, because only
+// the reader resets a flag; on the chip the atomics are plain loads and stores.
 struct Handover {
-  volatile float value[kWorkers];
-  volatile unsigned ready[kWorkers];
+  float value[kWorkers];
+  unsigned ready[kWorkers];
 };
 
 // The rotation (c, s) that zeroes the off-diagonal of the symmetric 2x2 block
@@ -62,12 +63,12 @@ static inline bool correction_vector(const float* rcol, const float* sdiag, floa
   }
   if (wid != 0) {
     handover.value[wid] = partial;
-    handover.ready[wid] = 1;
+    __atomic_store_n(&handover.ready[wid], 1u, __ATOMIC_RELEASE);
     return true;
   }
   float norm2 = partial;
   for (unsigned w = 1; w < kWorkers; ++w) {
-    while (handover.ready[w] == 0) {
+    while (__atomic_load_n(&handover.ready[w], __ATOMIC_ACQUIRE) == 0) {
     }
     norm2 += handover.value[w];
     handover.ready[w] = 0;
