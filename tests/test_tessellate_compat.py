@@ -316,3 +316,13 @@ def test_worker_offsets_as_tessellate_computes_them():
     np.testing.assert_array_equal(
         make_ipu_vector1d_worker_offsets_and_sizes(14, 2, grain_size=4, allow_overlap=True),
         [[0, 2], [2, 2], [4, 2], [5, 2], [0, 0], [0, 0]])
+
+
+def test_arrays_on_other_tiles_are_a_clear_error():
+    from jax_ipu.errors import IpuTileError
+
+    pair_p = jax.extend.core.Primitive("compat_pair")
+    register_ipu_tile_primitive(pair_p, lambda p, tiles, inavals, attributes: None)
+    with pytest.raises(IpuTileError, match="argument 1 lives on other tiles"):
+        tessellate_ipu.tile_map(pair_p, tile.tile_put_sharded(np.ones((3, 2)), TILES),
+                                tile.tile_put_sharded(np.ones((3, 2)), (5, 6, 7)))

@@ -93,7 +93,7 @@ def tile_map(primitive: Any, *args: TileShardedArray, tiles: Any = None, sync: b
     check_tile_arrays(args, f"tile_map({getattr(primitive, 'name', primitive)})")
     if primitive is None:
         return args[0] if len(args) == 1 else args
-    vertex_tiles = _common_tiles(args, tiles)
+    vertex_tiles = common_tiles(args, tiles)
     if isinstance(primitive, Vertex):
         return map_vertex(primitive, args, vertex_tiles, sync, params)
     if not isinstance(primitive, jax.extend.core.Primitive):
@@ -136,7 +136,7 @@ def tile_map(primitive: Any, *args: TileShardedArray, tiles: Any = None, sync: b
     return wrapped if primitive.multiple_results else wrapped[0]
 
 
-def _common_tiles(args: tuple[TileShardedArray, ...], tiles: Any) -> Tiles:
+def common_tiles(args: tuple[TileShardedArray, ...], tiles: Any) -> Tiles:
     """The tiles every arg lives on (and `tiles`, when given, must be them)."""
     if not args:
         if tiles is None:

@@ -33,6 +33,7 @@ from jax_ipu.tessellate.core.tile_interpreter_primitives import (
 )
 from jax_ipu.tile.array import TileShardedArray
 from jax_ipu.tile.custom import Codelet, VertexCall, call_vertex
+from jax_ipu.tile.maps import common_tiles
 
 Translation = Callable[[Any, tuple[int, ...], list[Any], dict[str, Any]], IpuTileMapEquation]
 # A primitive this layer maps itself: (arrays, tiles, sync, attributes) -> its results.
@@ -74,7 +75,7 @@ def tile_map(primitive: Any, *args: TileShardedArray, **kwargs: Any) -> Any:
         return _handlers[name](args, tiles, sync, kwargs)
     if name in _translations and _translations[name][0] is primitive:
         _, translation = _translations[name]
-        where = tuple(tiles) if tiles is not None else args[0].tiles
+        where = common_tiles(args, tiles)
         equation = translation(primitive, where, [a.tile_aval for a in args], kwargs)
         equation.sync = sync
         return run_equation(equation, args)
