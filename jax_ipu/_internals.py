@@ -66,6 +66,9 @@ register_lowering = _attr(_mlir, "register_lowering", ("prim", "rule", "platform
 # primitive -> entry whose .rule is jax's platform-independent lowering (where one exists).
 _generic_lowerings = _attr(_mlir, "_lowerings")
 lower_fun = _attr(_mlir, "lower_fun", ("fun", "multiple_results"))
+# primitive -> its vmap rule (jax_ipu.tile's own primitives add theirs).
+_batching = _module("jax._src.interpreters.batching")
+primitive_batchers = _attr(_batching, "primitive_batchers")
 bool_state = _attr(_config, "bool_state", ("name", "default", "help", "validator"))
 int_state = _attr(_config, "int_state", ("name", "default", "help", "validator"))
 float_state = _attr(_config, "float_state", ("name", "default", "help", "update_global_hook"))

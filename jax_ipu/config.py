@@ -37,6 +37,9 @@ class Flag:
     help: str
     allowed: str
     check: Callable[[Any], bool]
+    # Read each time it is used (when a program is traced), not when the backend starts, so
+    # it may change at any time.
+    read_on_use: bool = False
 
     @property
     def env_var(self) -> str:
@@ -152,6 +155,12 @@ FLAGS: tuple[Flag, ...] = (
         "jax_ipu_remote_timeout", int, 30,
         "Seconds to keep trying to open a session with the server at jax_ipu_remote.",
         "a whole number of seconds from 1", lambda v: v >= 1,
+    ),
+    Flag(
+        "jax_ipu_tile_worker_timeout_s", float, 60.0,
+        "How long a custom MultiVertex's workers may run on one tile before they are stopped "
+        "and the call fails (a worker waiting for a result no other worker writes).",
+        "a number of seconds greater than 0, e.g. 60", lambda v: v > 0, read_on_use=True,
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}

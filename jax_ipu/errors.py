@@ -26,8 +26,8 @@ class IpuFeedError(IpuError, ValueError):
 
 
 class IpuTileError(IpuError, ValueError):
-    """A tile-level program (jax_ipu.tile) names tiles it cannot use: a wrong count, a tile twice,
-    a tile past the chip's, or arrays on different tiles where one set is needed."""
+    """A tile-level program (jax_ipu.tile) names tiles it cannot use: a wrong count, a tile past
+    the chip's, or arrays on different tiles where one set is needed."""
 
 
 class IpuTileTypeError(IpuError, TypeError):

@@ -68,6 +68,8 @@ def _refuse_late_change(name: str) -> None:
     # No client exists before the runtime is imported. Importing it here, when each default is
     # validated at registration, would add 0.2 s (the compiler and the model) to `import jax_ipu`.
     runtime = sys.modules.get("jax_ipu.runtime.client")
+    if config.BY_NAME[name].read_on_use:
+        return
     if runtime is not None and runtime.live_clients():
         raise config.IpuConfigError(
             f"{name} is read when the ipu backend starts, and it has started already: set it "

@@ -214,7 +214,6 @@ def _line_of(fn) -> str:
 
 @pytest.mark.parametrize("tiles,words", [
     ((0, 1), "2 tiles for 3 rows"),
-    ((0, 1, 1), "named more than once"),
     ((0, 1, 1472), "outside 0..1471"),
     ((0, 1, -1), "outside 0..1471"),
     (3, "got the int 3"),

@@ -1,12 +1,15 @@
 #!/bin/sh
 # Test dependencies outside pip: Debian's chromium, which tests/test_profile_html.py drives
-# headless to load the HTML report, and g++, which builds jax_ipu.tile's custom vertices
-# (tests/test_tile_vertex.py). Idempotent: does nothing when both are installed.
+# headless to load the HTML report; g++, which builds jax_ipu.tile's custom vertices
+# (tests/test_tile_vertex.py); and clang-15 (Debian 12's, the LLVM of popc, Poplar's codelet
+# compiler, with _Float16), which jax_ipu.tile prefers, so that codelets in popc's dialect build
+# as on the chip (tests/test_tile_codelets.py). Idempotent: does nothing when all are installed.
 set -eu
 
 PACKAGES=""
 command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
 command -v g++ >/dev/null 2>&1 || PACKAGES="$PACKAGES g++"
+command -v clang++-15 >/dev/null 2>&1 || PACKAGES="$PACKAGES clang-15"
 if [ -z "$PACKAGES" ]; then
     exit 0
 fi

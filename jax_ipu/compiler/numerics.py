@@ -153,8 +153,9 @@ def _host_callbacks(module: ir.Module) -> list[Any]:
 
 def stamp_cycle_counts(module: ir.Module, counters: Mapping[str, Any]) -> bool:
     """Write the model's count into each of the module's cycle-counter calls (jax_ipu.tile's
-    ipu_cycle_count); whether there were any. IpuCompileError for a count the model cannot
-    give one value (inside a loop, or reached twice)."""
+    ipu_cycle_count): its first count, and inside counted loops each loop's cycles a trip and
+    trips; whether there were any. IpuCompileError for a count the model cannot give (a loop of
+    unknown trip count, a site reached twice)."""
     calls = [op for op in _walk(module.body.operations)
              if op.name == "stablehlo.custom_call"
              and ir.StringAttr(op.attributes["call_target_name"]).value == CYCLE_COUNT_TARGET]
@@ -172,12 +173,19 @@ def stamp_cycle_counts(module: ir.Module, counters: Mapping[str, Any]) -> bool:
                     "not count (it counts the costliest branch): count outside the branch")
             if entry["cycles"] is None:
                 raise IpuCompileError(
-                    f"ipu_cycle_count at {entry['location']} is {entry['problem']}: the model's "
-                    "counter gives each call site one value; count before and after the loop "
-                    "(or the repeated function) instead")
+                    f"ipu_cycle_count at {entry['location']} is {entry['problem']}: the model "
+                    "counts a call site once per trip of counted loops only; count before and "
+                    "after the loop (or the repeated function) instead")
             op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
-                {"site": site, "cycles": ir.IntegerAttr.get(i64, int(entry["cycles"]))})
+                {"site": site, "cycles": ir.IntegerAttr.get(i64, int(entry["cycles"])),
+                 "strides": _i64s(entry.get("strides", [])),
+                 "trips": _i64s(entry.get("trips", []))})
     return True
+
+
+def _i64s(values: Any) -> Any:
+    """A 1-D int64 dense attribute, as jax writes an FFI call's array attributes."""
+    return ir.DenseElementsAttr.get(np.asarray(values, np.int64).reshape(-1))
 
 
 def _walk(operations: Any) -> Iterator[Any]:

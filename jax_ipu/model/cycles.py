@@ -267,6 +267,8 @@ def _replaced_carries(loop: Op, counting: set[int]) -> list[tuple[TensorType, in
 
 def _in_place_on(op: Op, arg: int) -> bool:
     """Whether op writes its result into the carry `arg` it reads."""
+    if tiles.is_tile_op(op):
+        return tiles.writes_in_place(op, arg)
     if op_class(op) in IN_PLACE:
         return op.operand_ids[:1] == (arg,)
     return op_class(op) in _EXPRESSIONS and len(op.results) == 1 and any(

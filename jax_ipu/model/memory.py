@@ -177,8 +177,11 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
         else:
             held = buf_of.get(op.operand_ids[k], []) if k < len(op.operand_ids) else []
         return sorted(set(held)) if held else None
-    if cls in IN_PLACE and k < len(op.operand_ids):
-        v = op.operand_ids[k]
+    j = tiles.in_place_operand(op, k)
+    if j is None and cls in IN_PLACE and k < len(op.operand_ids):
+        j = k
+    if j is not None:
+        v = op.operand_ids[j]
         held = buf_of.get(v, [])
         if len(held) == 1 and buffers[held[0]].nbytes == nbytes and last.get(v) == step and \
                 not buffers[held[0]].always_live:

@@ -16,7 +16,17 @@ import numpy as np
 from jax_ipu.model.costs import OpCost, exchange_cycles
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import KEY_SHIFT, Layouts, Placement
-from jax_ipu.model.targets import Target
+from jax_ipu.model.targets import (
+    CYCLE_COUNT_READ_CYCLES,
+    FILL_CYCLES_PER_REGION,
+    HW_SEEDS_GET_CYCLES,
+    HW_SEEDS_SET_CYCLES,
+    RANDOM_CYCLES_PER_VECTOR,
+    RANDOM_INT_CYCLES_PER_PAIR,
+    RANDOM_SUPERVISOR_CYCLES,
+    RANDOM_WORKER_SETUP_CYCLES,
+    Target,
+)
 
 # Op kinds (the composite's name without "jax_ipu.") -> cost class.
 OP_CLASSES = {"tile_put": "tile_put", "tile_gather": "tile_put", "tile_barrier": "tile_barrier",
@@ -80,9 +90,18 @@ def rows_of(t: TensorType, tiles: np.ndarray) -> TileRows:
 
 
 def _layout(t: TensorType, tiles: np.ndarray) -> dict[int, int]:
-    """Bytes on each tile of a value whose first axis is mapped on `tiles`."""
+    """Bytes on each tile of a value whose first axis is mapped on `tiles` (a tile named k
+    times holds k rows)."""
     per = t.nbytes // max(1, len(tiles))
-    return {int(x): per for x in tiles}
+    held: dict[int, int] = {}
+    for x in tiles:
+        held[int(x)] = held.get(int(x), 0) + per
+    return held
+
+
+def _most_rows(tiles: np.ndarray) -> int:
+    """The most rows any one tile holds: its vertices run one after another."""
+    return int(np.unique(tiles, return_counts=True)[1].max()) if len(tiles) else 0
 
 
 # ---- exchange ------------------------------------------------------------------------------
@@ -160,31 +179,92 @@ def put(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
 OneTileCost = Callable[[list[Op], Target], tuple[float, int]]
 
 
+def _row(op: Op, k: int = 0) -> TensorType | None:
+    """Result k of a tile op as one row (one tile's part)."""
+    if k >= len(op.results):
+        return None
+    t = op.results[k]
+    rows = max(1, len(_tiles(op)))
+    return TensorType(t.shape[1:], t.dtype) if t.shape and t.shape[0] == rows else t
+
+
+def fill_cycles(op: Op, target: Target) -> float:
+    """A Fill vertex writing a constant into one row: PopLibs' set-up of one region, then one
+    64-bit store a cycle (as model/slicing.py charges a fill)."""
+    row = _row(op)
+    return target.vertex_cycles + FILL_CYCLES_PER_REGION + \
+        row.nbytes / target.local_bytes_per_tile_cycle
+
+
+def copy_cycles(op: Op, target: Target) -> float:
+    """An on-tile copy of one row (tile_copy): a load and a store per 64 bits."""
+    row = _row(op)
+    return target.vertex_cycles + FILL_CYCLES_PER_REGION + \
+        2 * row.nbytes / target.local_bytes_per_tile_cycle
+
+
+def random_cycles(op: Op, target: Target) -> float:
+    """poprand's Uniform / Normal supervisor vertices on one row, by PopLibs' estimates: a
+    supervisor call, each worker's set-up, then a few cycles per 64-bit vector of results
+    (uniform integers by pairs: a modulo each)."""
+    row = _row(op)
+    dtype = row.dtype if row.dtype in RANDOM_WORKER_SETUP_CYCLES else "float32"
+    cycles = RANDOM_SUPERVISOR_CYCLES + RANDOM_WORKER_SETUP_CYCLES[dtype] * target.worker_threads
+    if row.dtype.startswith("int"):
+        return cycles + RANDOM_INT_CYCLES_PER_PAIR * (row.size // 2) + 2 * (row.size % 2)
+    per_vector = max(1, 8 // row.itemsize)
+    return cycles + RANDOM_CYCLES_PER_VECTOR * -(-row.size // per_vector)
+
+
+def seeds_cycles(op: Op, target: Target) -> float:
+    """Poplar's runtime vertices reading or writing a tile's hardware seeds."""
+    base, per_worker = HW_SEEDS_SET_CYCLES if op.attributes.get("primitive") == \
+        "ipu_set_hw_seeds" else HW_SEEDS_GET_CYCLES
+    return base + per_worker * target.worker_threads
+
+
+# tile_map of jax_ipu.tile's own primitives whose one-tile program says nothing of their cost
+# (a constant, a copy XLA elides, a host generator): their vertex's cycles on one row.
+PRIMITIVE_RULES: dict[str, Callable[[Op, Target], float]] = {
+    "fill": fill_cycles, "tile_copy": copy_cycles,
+    "ipu_random_uniform": random_cycles, "ipu_random_normal": random_cycles,
+    "ipu_get_hw_seeds": seeds_cycles, "ipu_set_hw_seeds": seeds_cycles,
+}
+
+
 def vertex(op: Op, fused: list[Op], target: Target, layouts: Layouts,
            one_tile: OneTileCost) -> OpCost:
     """tile_map: one compute set; each tile runs the vertex on its own rows (lax primitives at
     the model's rates on one tile, as `one_tile` costs them, custom vertices at their declared
-    estimate), then a sync."""
+    estimate; a tile holding several rows runs a vertex for each in turn), then a sync."""
     dest = _tiles(op)
-    if op.kind == "tile_map":
-        per_tile, flops = one_tile(op.vertex_ops, target)
+    rule = PRIMITIVE_RULES.get(str(op.attributes.get("primitive")))
+    if op.kind == "tile_map" and rule is not None:
+        per_row, flops = rule(op, target), 0
+        how = "its vertex's cycles on one row"
+    elif op.kind == "tile_map":
+        per_row, flops = one_tile(op.vertex_ops, target)
         flops *= len(dest)
         how = "the model's vertex rates on one tile"
     else:
-        per_tile, flops = float(op.attributes.get("estimate") or 0), 0
+        per_row, flops = float(op.attributes.get("estimate") or 0), 0
         how = "its declared estimate"
     for rid, t in zip(op.result_ids[1:], op.results[1:], strict=False):
         layouts.assign(rid, rows_of(t, dest))
     name = str(op.attributes.get("vertex", op.kind))
+    rows = _most_rows(dest)
+    per_tile = per_row * rows
+    stacked = f" ({rows} rows on the busiest tile)" if rows > 1 else ""
+    on_tiles = tuple(sorted({int(t) for t in dest}))
     return OpCost(
-        flops=int(flops), compute_cycles=per_tile, tiles=len(dest),
-        on_tiles=tuple(int(t) for t in dest),
+        flops=int(flops), compute_cycles=per_tile, tiles=len(on_tiles), on_tiles=on_tiles,
         syncs=1 + int(op.attributes.get("sync") or 0),
         bytes_accessed=sum(t.nbytes for _, t in _inputs(op)) + sum(t.nbytes for t in op.results),
         workspace_bytes_per_tile=int(op.attributes.get("temporary_bytes") or 0),
         placement=rows_of(op.results[0], dest) if op.results else None,
-        note=f"vertex {name} on {len(dest)} tile(s): {per_tile:,.0f} cycles each, from {how}",
-        tile_figures=TileFigures(name, tuple(int(t) for t in dest), per_tile))
+        note=f"vertex {name} on {len(on_tiles)} tile(s): {per_row:,.0f} cycles a row{stacked}, "
+             f"from {how}",
+        tile_figures=TileFigures(name, tuple(int(t) for t in dest), per_row))
 
 
 def barrier(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
@@ -196,15 +276,20 @@ def barrier(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost
 
 
 def counter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
-    """ipu_cycle_count: reads the model's count here; free, so two counts differ by exactly the
-    cycles of the rows between them (on hardware a read costs about 45 cycles)."""
+    """ipu_cycle_count: reads the tiles' cycle counters, which costs what TessellateIPU
+    measured between two successive counts on the chip; a count is the cycles of every row
+    before it and its own read, so two counts differ by the rows between them plus one read
+    (ipu_cycle_count_overhead())."""
     data = _inputs(op)
     for rid, (vid, t) in zip(op.result_ids, data, strict=False):
         layouts.assign(rid, layouts.of(vid, t), planned=layouts.planned(vid))
     if len(op.results) > len(data):
         layouts.assign(op.result_ids[-1], rows_of(op.results[-1], _tiles(op)))
-    return OpCost(syncs=int(op.attributes.get("sync") or 0),
-                  note=f"cycle counter (site {op.attributes.get('site')})")
+    tiles = tuple(sorted({int(t) for t in _tiles(op)}))
+    return OpCost(compute_cycles=CYCLE_COUNT_READ_CYCLES, tiles=len(tiles), on_tiles=tiles,
+                  syncs=int(op.attributes.get("sync") or 0),
+                  note=f"cycle counter (site {op.attributes.get('site')})",
+                  tile_figures=TileFigures("cycle count", tiles, CYCLE_COUNT_READ_CYCLES))
 
 
 # The rules of tile ops but tile_vertex, whose one-tile costing is model/cycles.py's.
@@ -235,6 +320,25 @@ def aliased_operand(op: Op, k: int) -> int | None:
     return None
 
 
+def in_place_operand(op: Op, k: int) -> int | None:
+    """The operand result k of a tile op writes into (an InOut field, a *_inplace primitive):
+    Poplar's vertex updates that tensor, so the result is its buffer when the operand dies
+    there (else the operand is copied first, as XLA's in-place aliasing does)."""
+    if not is_tile_op(op):
+        return None
+    inplace = op.attributes.get("inplace") or ()
+    if k >= len(inplace) or int(inplace[k]) < 0:
+        return None
+    first = len(op.operands) - int(op.attributes.get("operands", len(op.operands)))
+    return first + int(inplace[k])
+
+
+def writes_in_place(op: Op, value: int) -> bool:
+    """Whether a tile op writes one of its results into the value `value` it reads."""
+    return any(j is not None and op.operand_ids[j] == value
+               for j in (in_place_operand(op, k) for k in range(len(op.results))))
+
+
 def operand_layouts(op: Op) -> dict[int, dict[int, int]]:
     """Constant operands a tile op lays out on its tiles: a tile constant's data, and a custom
     vertex's constants (a copy on each of its tiles)."""
@@ -260,28 +364,15 @@ def workspace_layout(op: Op) -> dict[int, int] | None:
 # ---- the report's tile view ----------------------------------------------------------------
 def tile_view(rows: list[Any], cycles: list[float], target: Target) -> dict[str, Any] | None:
     """Per-tile compute cycles and exchanged bytes of a program's tile ops, its vertices by
-    tile, and each cycle counter's count (the cycles of every row before it); None when the
-    program has no tile ops. `cycles` are the rows' total cycles, as the report counts them."""
+    tile, and each cycle counter's count (see counter_counts); None when the program has no
+    tile ops. `cycles` are the rows' total cycles, as the report counts them."""
     if not any(is_tile_op(r.op) for r in rows):
         return None
     compute = np.zeros(target.num_tiles)
     exchanged = np.zeros(target.num_tiles)
-    vertices, counters = [], {}
-    before = 0.0
-    for row, spent in zip(rows, cycles, strict=True):
+    vertices = []
+    for row in rows:
         op, figures = row.op, row.cost.tile_figures
-        if op.kind == "tile_cycle_count" and is_tile_op(op):
-            before += spent  # its own sync, if it asked for one, comes before the read
-            spent = 0.0
-            site = str(op.attributes.get("site"))
-            problem = None
-            if row.executions != 1 or row.unknown_trip_count or _in_loop(row, rows):
-                problem = "inside a loop, where it would count differently on each trip"
-            elif site in counters:
-                problem = "reached at several points of the program"
-            counters[site] = {"cycles": None if problem else int(round(before)),
-                              "location": str(op.location), "problem": problem}
-        before += spent
         if figures is None:
             continue
         n = row.executions
@@ -298,16 +389,87 @@ def tile_view(rows: list[Any], cycles: list[float], target: Target) -> dict[str,
                              "cycles_per_tile": float(figures.compute_per_tile)})
     return {"compute_cycles": [float(c) for c in compute],
             "exchange_bytes": [float(b) for b in exchanged],
-            "vertices": vertices, "counters": counters}
+            "vertices": vertices, "counters": counter_counts(rows, cycles)}
 
 
-def _in_loop(row: Any, rows: list[Any]) -> bool:
-    """Whether a row sits in a while body (its depth is under a while head before it)."""
-    i = next(k for k, r in enumerate(rows) if r is row)
-    depth = row.depth
-    for r in reversed(rows[:i]):
-        if r.depth < depth:
-            if r.op.kind == "while":
-                return True
-            depth = r.depth
+def counter_counts(rows: list[Any], cycles: list[float]) -> dict[str, dict[str, Any]]:
+    """Each cycle counter's count, by site: `cycles` (the count on the first pass: every row
+    before it and its own read) and, for a counter inside counted loops, the cycles one trip
+    of each adds and its trips (`strides`, `trips`, innermost loop first), so that trip k of
+    a loop reads cycles + k x stride. A counter the model cannot give such a count (a loop
+    whose trip count it does not know, a site reached at several points) has a `problem`."""
+    parents = _parents(rows)
+    counts: dict[str, dict[str, Any]] = {}
+    for i, (row, spent) in enumerate(zip(rows, cycles, strict=True)):
+        op = row.op
+        if op.kind == "tile_cycle_count" and is_tile_op(op):
+            site = str(op.attributes.get("site"))
+            loops = [h for h in _ancestors(i, parents) if rows[h].op.kind == "while"]
+            entry = {"cycles": None, "strides": [], "trips": [], "location": str(op.location),
+                     "problem": None}
+            if site in counts:
+                entry["problem"] = "reached at several points of the program"
+            elif any(rows[h].unknown_trip_count for h in loops):
+                entry["problem"] = "inside a loop whose trip count the model does not know"
+            else:
+                own = spent / max(1, row.executions)
+                count, strides, trips = _loop_counts(i, loops, rows, cycles, parents)
+                outer = loops[0] if loops else i
+                entry.update(cycles=int(round(sum(cycles[:outer]) + count + own)),
+                             strides=[int(round(x)) for x in reversed(strides)],
+                             trips=list(reversed(trips)))
+            counts[site] = entry
+    return counts
+
+
+def _parents(rows: list[Any]) -> list[int]:
+    """Index of each row's enclosing row (a loop or branch head), -1 at the top."""
+    parents, stack = [], []
+    for i, row in enumerate(rows):
+        while stack and rows[stack[-1]].depth >= row.depth:
+            stack.pop()
+        parents.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return parents
+
+
+def _ancestors(i: int, parents: list[int]) -> list[int]:
+    """The rows enclosing row i, outermost first."""
+    chain = []
+    while parents[i] >= 0:
+        i = parents[i]
+        chain.append(i)
+    return chain[::-1]
+
+
+def _loop_counts(i: int, loops: list[int], rows: list[Any], cycles: list[float],
+                 parents: list[int]) -> tuple[float, list[float], list[int]]:
+    """For row i inside `loops` (outermost first): the cycles from the outermost loop's start
+    to row i on the first trip of each, and each loop's cycles a trip and trips."""
+    count, strides, trips = 0.0, [], []
+    for level, h in enumerate(loops):
+        head = rows[h]
+        n = head.op.trip_count or 0
+        executions = max(1, head.executions)
+        end = h + 1
+        while end < len(rows) and _within(end, h, parents):
+            end += 1
+        cond_ids = {id(o) for o in head.op.regions[0].ops} if head.op.regions else set()
+        split = next((j for j in range(h + 1, end)
+                      if parents[j] == h and id(rows[j].op) not in cond_ids), end)
+        cond = sum(cycles[h + 1:split]) / (executions * (n + 1))
+        body = sum(cycles[split:end]) / (executions * max(1, n))
+        inner = loops[level + 1] if level + 1 < len(loops) else i
+        ahead = sum(cycles[split:inner]) / (executions * max(1, n))
+        count += cycles[h] / executions + cond + ahead
+        strides.append(cond + body)
+        trips.append(n)
+    return count, strides, trips
+
+
+def _within(j: int, h: int, parents: list[int]) -> bool:
+    while j >= 0:
+        j = parents[j]
+        if j == h:
+            return True
     return False

@@ -100,6 +100,10 @@ class IpuDevice:
             "tile_memory_bytes": self.target.bytes_per_tile,
             "clock_hz": int(self.target.clock_hz),
             "emulator": "IPU Model",
+            # TessellateIPU's names: the tiles' clock in Hz, workers a tile, what the device is.
+            "tile_clock_frequency": int(self.target.clock_hz),
+            "num_worker_contexts": self.target.worker_threads,
+            "target_type": "IPU_MODEL",
         }
 
     def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""TileShardedArray: a jax array whose first axis is mapped onto named tiles, one row per tile.
+"""TileShardedArray: a jax array whose first axis is mapped onto named tiles, row i on tiles[i].
 
 A pytree (the tiles are static), so it passes through jit, scan, fori_loop and donation."""
 
@@ -16,7 +16,8 @@ from jax_ipu.tile.validate import Tiles, check_tiles, tile_error, type_error
 
 @jax.tree_util.register_pytree_node_class
 class TileShardedArray:
-    """`array` with row i on tile `tiles[i]`: `array.shape[0] == len(tiles)`.
+    """`array` with row i on tile `tiles[i]`: `array.shape[0] == len(tiles)`. A tile named
+    several times holds several rows (each runs its own vertex there).
 
     The constructor trusts that the data already lives there (as TessellateIPU's does); use
     tile_put_sharded / tile_put_replicated / tile_gather to move data onto tiles."""
@@ -62,6 +63,11 @@ class TileShardedArray:
     @property
     def num_tiles(self) -> int:
         return len(self.tiles)
+
+    @property
+    def device_array(self) -> Any:
+        """The underlying jax array (TessellateIPU's name for .array)."""
+        return self.array
 
     @property
     def tile_shape(self) -> tuple[int, ...]:
@@ -112,6 +118,11 @@ class TileShardedArray:
                              f"{len(self)}; keep it first, e.g. reshape({len(self)}, ...)")
         return TileShardedArray(self.array.reshape((len(self), *shape[1:])), self.tiles)
 
+    def squeeze(self) -> TileShardedArray:
+        """Drop the axes of size 1 of each tile's part (the tile axis stays, even of one)."""
+        kept = [d for d in self.tile_shape if d != 1]
+        return self.reshape((len(self), *kept))
+
     def tile_reshape(self, *shape: Any) -> TileShardedArray:
         """Reshape the part on each tile to `shape`."""
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) \
@@ -120,7 +131,8 @@ class TileShardedArray:
 
     @classmethod
     def concatenate(cls, arrays: Sequence[TileShardedArray]) -> TileShardedArray:
-        """Join tile sharded arrays along the tile axis (their tiles must differ)."""
+        """Join tile sharded arrays along the tile axis (a tile in several holds several
+        rows)."""
         check_tile_arrays(arrays, "TileShardedArray.concatenate")
         tiles = tuple(itertools.chain.from_iterable(a.tiles for a in arrays))
         return cls(jax.numpy.concatenate([a.array for a in arrays], axis=0), tiles)

@@ -1,7 +1,9 @@
 """Building C++ vertex glue for the host with the system C++ compiler, cached by content.
 
-A build is named by the sha256 of everything that goes into it; only a library this module wrote
-under that name (owner and digest checked) is ever loaded, and each FFI target registered once."""
+Codelets are built as Poplar builds them: clang (popc's compiler) when present, with flags that
+accept popc's dialect. A build is named by the sha256 of everything that goes into it; only a
+library this module wrote under that name (owner and digest checked) is ever loaded, and each FFI
+target registered once."""
 
 from __future__ import annotations
 
@@ -30,17 +32,22 @@ logger = logging.getLogger(__name__)
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 # Bump when the glue or the flags change meaning: it is part of every build's name.
-BUILD_FORMAT = "1"
+BUILD_FORMAT = "2"
 CXX_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC")
-CANDIDATES = ("g++", "c++", "clang++")
+# popc is clang: prefer clang++ (then a versioned clang++-N, newest first), else g++ or c++.
+CANDIDATES = ("clang++", "g++", "c++")
+_VERSIONED_CLANG = re.compile(r"^clang\+\+-(\d+)$")
 COMPILE_TIMEOUT_S = 600
 MAX_ERROR_LINES = 40
 LIBRARY = "vertex.so"
 DIGEST = "vertex.so.sha256"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+# The IPU Model's worker threads, which every MultiVertex library calls into.
+WORKERS_SOURCE = NATIVE_DIR / "workers.cc"
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}  # FFI target name -> its library (kept loaded)
+_libraries: dict[str, ctypes.CDLL] = {}  # build digest -> its loaded library
 
 
 def cache_dir() -> Path:
@@ -53,7 +60,8 @@ def cache_dir() -> Path:
 
 
 def compiler() -> list[str]:
-    """The C++ compiler command: $CXX, else the first of g++, c++, clang++ on PATH."""
+    """The C++ compiler command: $CXX, else the first of clang++, clang++-N (newest), g++,
+    c++ on PATH."""
     chosen = os.environ.get("CXX", "").strip()
     if chosen:
         command = shlex.split(chosen)
@@ -61,16 +69,48 @@ def compiler() -> list[str]:
             raise IpuVertexBuildError(
                 f"CXX={chosen!r} names a C++ compiler that is not on PATH. jax_ipu.tile builds "
                 "custom vertices for the host with a C++17 compiler: set CXX to one that "
-                "exists, or unset it to use g++ (Debian/Ubuntu: apt-get install g++)")
+                "exists, or unset it to use clang++ or g++ (Debian/Ubuntu: apt-get install "
+                "clang or g++)")
         return command
-    for name in CANDIDATES:
-        if shutil.which(name):
-            return [name]
+    found = _on_path()
+    if found:
+        return [found]
     raise IpuVertexBuildError(
-        "no C++ compiler found (looked for $CXX, then g++, c++ and clang++ on PATH). "
+        "no C++ compiler found (looked for $CXX, then clang++, clang++-N, g++ and c++ on PATH). "
         "jax_ipu.tile builds custom vertices for the host, as Poplar's IPU Model ran codelets on "
         "the host, and needs a C++17 compiler: install g++ (Debian/Ubuntu: "
-        "apt-get install g++; Fedora: dnf install gcc-c++) or set CXX")
+        "apt-get install g++; Fedora: dnf install gcc-c++), or clang, or set CXX")
+
+
+def _on_path() -> str | None:
+    if shutil.which("clang++"):
+        return "clang++"
+    versions = []
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(directory or ".")
+        except OSError:
+            continue
+        for name in names:
+            m = _VERSIONED_CLANG.match(name)
+            if m and shutil.which(os.path.join(directory, name)):
+                versions.append((int(m.group(1)), name))
+    if versions:
+        return max(versions)[1]
+    return next((name for name in CANDIDATES[1:] if shutil.which(name)), None)
+
+
+def compiler_flags(command: list[str]) -> tuple[str, ...]:
+    """The flags a codelet is built with by `command`: C++17, -O2, a shared library, plus what
+    makes popc's (clang's) dialect compile on the host. Functions are not interposable (so
+    `always_inline` holds under -fPIC); g++ has no `__builtin_assume`, a hint it may drop;
+    Poplar's attributes ([[poplar::constraint]]) are not warned about."""
+    flags = [*CXX_FLAGS, "-fno-semantic-interposition"]
+    if "clang" in _identity(tuple(command)).lower():
+        flags.append("-Wno-unknown-attributes")
+    else:
+        flags += ["-Wno-attributes", "-D__builtin_assume(condition)=((void)0)"]
+    return tuple(flags)
 
 
 @functools.lru_cache(maxsize=8)
@@ -120,7 +160,8 @@ class Build:
 
     def digest(self, command: list[str]) -> str:
         h = hashlib.sha256()
-        parts = [BUILD_FORMAT, " ".join(command), _identity(tuple(command)), " ".join(CXX_FLAGS),
+        parts = [BUILD_FORMAT, " ".join(command), _identity(tuple(command)),
+                 " ".join(compiler_flags(command)),
                  jax.ffi.include_dir(), self.translation_unit()]
         parts += [p.read_text() for p in sorted(INCLUDE_DIR.rglob("*.hpp"))]
         for path, text in local_includes(self.source, self.source_dir):
@@ -148,7 +189,7 @@ def _compile(build: Build, command: list[str], out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="build-", dir=out.parent) as tmp:
         unit = Path(tmp) / "vertex.cc"
         unit.write_text(build.translation_unit())
-        argv = [*command, *CXX_FLAGS, "-I", str(INCLUDE_DIR), "-isystem",
+        argv = [*command, *compiler_flags(command), "-I", str(INCLUDE_DIR), "-isystem",
                 jax.ffi.include_dir()]
         if build.source_dir is not None:
             argv += ["-iquote", str(build.source_dir)]
@@ -196,17 +237,38 @@ def library(build: Build) -> Path:
     return lib
 
 
-def register(build: Build, description: str, name: str | None = None) -> str:
-    """Build (or find) the library, load it, and register its handler as an XLA FFI target for
-    the host (XLA:CPU, which also runs ipu programs); the target's name (`name`, else one from
-    the build's digest), which compiled ipu programs may call (compiler/checks.py is told)."""
+def register(build: Build, description: str, name: str | None = None,
+             symbol: str = "JaxIpuVertexHandler", workers: bool = True) -> str:
+    """Build (or find) the library, load it, and register its handler `symbol` as an XLA FFI
+    target for the host (XLA:CPU, which also runs ipu programs); the target's name (`name`, else
+    one from the build's digest and the symbol), which compiled ipu programs may call
+    (compiler/checks.py is told). One build may hold several handlers. `workers`: the library
+    may hold MultiVertex codelets, which need the worker threads' library loaded first."""
     with _lock:
         command = compiler()
-        target = name or f"jax_ipu_vertex_{build.digest(command)[:24]}"
+        digest = build.digest(command)
+        default = f"jax_ipu_vertex_{digest[:24]}"
+        target = name or (default if symbol == "JaxIpuVertexHandler" else f"{default}_{symbol}")
         if target not in _loaded:
-            lib = ctypes.CDLL(str(library(build)))
-            handler = lib.JaxIpuVertexHandler
+            if workers:
+                _load_workers(command)
+            if digest not in _libraries:
+                _libraries[digest] = ctypes.CDLL(str(library(build)))
+            lib = _libraries[digest]
+            handler = getattr(lib, symbol)
             jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
             checks.ALLOWED_CUSTOM_CALLS[target] = description
             _loaded[target] = lib
         return target
+
+
+_workers: list[ctypes.CDLL] = []
+
+
+def _load_workers(command: list[str]) -> None:
+    """Load the worker threads' library once per process, its symbols global: MultiVertex
+    libraries (whichever compiler built them: its interface is C) resolve jax_ipu_run_workers
+    against it when they are loaded."""
+    if not _workers:
+        workers = Build(WORKERS_SOURCE.read_text(), str(WORKERS_SOURCE), "")
+        _workers.append(ctypes.CDLL(str(library(workers)), mode=ctypes.RTLD_GLOBAL))

@@ -1,7 +1,8 @@
 """The C++ glue around a user's codelet: one typed XLA FFI handler that runs the vertex per tile.
 
 The handler binds each field to its tile's slice of the buffers, sets the vertex's attributes,
-calls compute() and turns `false` (or a C++ exception) into an FFI error naming vertex and tile."""
+runs compute() (a MultiVertex's on all its workers at once) and turns `false`, a C++ exception
+or workers that never finish into an FFI error naming vertex and tile."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class Field:
     name: str
     role: str
     dtype: str  # numpy dtype name
-    elements: int  # on one tile
-    row: int  # last-axis length (rows for Vector<Input<Vector<T>>> and VectorList)
+    elements: int  # on one tile (a call's size: never part of the glue)
+    row: int  # row length for Vector<Input<Vector<T>>> and VectorList (also a call's size)
 
     @property
     def cxx(self) -> str:
@@ -59,90 +60,137 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def glue(vertex: str, fields: list[Field], attributes: dict[str, str]) -> str:
-    """C++ source of the FFI handler running `vertex` (a complete C++ class name) per tile.
+def glue(vertex: str, fields: list[Field], attributes: dict[str, str],
+         symbol: str = HANDLER_SYMBOL, results: list[str] | None = None) -> str:
+    """C++ source of the FFI handler `symbol` running `vertex` (a complete C++ class name) per
+    tile row. It depends on the fields' names, roles and dtypes only, never on shapes, so one
+    build serves every shape of a vertex.
 
     FFI arguments: the tile-sharded inputs (in, inout) then the constants; results: the outputs
-    (out, inout) in field order; attributes: tiles (the tile ids), where (the user's line), then
-    `attributes` (name -> 'int', 'float' or 'bool')."""
+    (out, inout) in the order `results` names them (else field order); attributes: tiles (one
+    id per row), where (the user's line), rows (each field's row length, in field order),
+    temp_elements (each temporary's size), worker_timeout_ms, then `attributes` (name ->
+    'int', 'float' or 'bool')."""
     args = [f for f in fields if f.role in ("in", "inout")] + \
         [f for f in fields if f.role == "const"]
     rets = [f for f in fields if f.role in ("out", "inout")]
+    if results is not None:
+        rets.sort(key=lambda f: results.index(f.name))
     temps = [f for f in fields if f.role == "tmp"]
     cxx_attr = {"int": "int64_t", "float": "double", "bool": "bool"}
     params = [f"ffi::Buffer<ffi::DataType::{f.ffi}> arg_{i}" for i, f in enumerate(args)]
     params += [f"ffi::ResultBuffer<ffi::DataType::{f.ffi}> ret_{i}" for i, f in enumerate(rets)]
-    params += ["ffi::Span<const int64_t> tiles", "std::string_view where"]
+    params += ["ffi::Span<const int64_t> tiles", "std::string_view where",
+               "ffi::Span<const int64_t> rows", "ffi::Span<const int64_t> temp_elements",
+               "int64_t worker_timeout_ms"]
     params += [f"{cxx_attr[kind]} attr_{name}" for name, kind in attributes.items()]
     binds = [".Arg<xla::ffi::Buffer<xla::ffi::DataType::" + f.ffi + ">>()" for f in args]
     binds += [".Ret<xla::ffi::Buffer<xla::ffi::DataType::" + f.ffi + ">>()" for f in rets]
     binds += ['.Attr<xla::ffi::Span<const int64_t>>("tiles")',
-              '.Attr<std::string_view>("where")']
+              '.Attr<std::string_view>("where")',
+              '.Attr<xla::ffi::Span<const int64_t>>("rows")',
+              '.Attr<xla::ffi::Span<const int64_t>>("temp_elements")',
+              '.Attr<int64_t>("worker_timeout_ms")']
     binds += [f'.Attr<{cxx_attr[kind]}>("{name}")' for name, kind in attributes.items()]
+    index = {f.name: k for k, f in enumerate(fields)}
 
-    body = []
+    def source(f: Field) -> str:
+        if f.role == "tmp":
+            return f"tmp_{temps.index(f)}.data()"
+        if f.role == "out":
+            j = rets.index(f)
+            k = index[f.name]
+            return f"reinterpret_cast<unsigned char*>(ret_{j}->typed_data()) + t * bytes_{k}"
+        i = args.index(f)
+        offset = "0" if f.role == "const" else f"t * bytes_{index[f.name]}"
+        return f"reinterpret_cast<unsigned char*>(arg_{i}.typed_data()) + {offset}"
+
+    body = ["  std::lock_guard<std::mutex> one_call(calls);",
+            "  const std::size_t n = tiles.size();"]
+    for k, f in enumerate(fields):
+        if f.role == "tmp":
+            count = f"static_cast<std::size_t>(temp_elements[{temps.index(f)}])"
+        elif f.role == "const":
+            count = f"arg_{args.index(f)}.element_count()"
+        elif f.role == "out":
+            count = f"ret_{rets.index(f)}->element_count() / n"
+        else:
+            count = f"arg_{args.index(f)}.element_count() / n"
+        body.append(f"  const std::size_t elems_{k} = {count};")
+        body.append(f"  const std::size_t bytes_{k} = elems_{k} * sizeof({f.cxx});")
     for i, f in enumerate(temps):
-        body.append(f"  std::vector<unsigned char> tmp_{i}({max(f.nbytes, 1)});")
-    body.append("  for (std::size_t t = 0; t < tiles.size(); ++t) {")
-    body.append("    Vertex vertex{};")
+        body.append(f"  std::vector<std::max_align_t> tmp_{i}("
+                    f"bytes_{index[f.name]} / sizeof(std::max_align_t) + 1);")
+    body.append("  for (std::size_t t = 0; t < n; ++t) {")
+    body.append("    jax_ipu::State<Vertex> state;")
+    body.append("    Vertex& vertex = state.vertex();")
     body.append("    jax_ipu::Storage storage;")
-    for i, f in enumerate(args):
-        offset = "0" if f.role == "const" else f"t * {f.nbytes}"
-        source = f"reinterpret_cast<unsigned char*>(arg_{i}.typed_data()) + {offset}"
+    for f in fields:
+        k = index[f.name]
         if f.role == "inout":
             j = rets.index(f)
-            target = f"reinterpret_cast<unsigned char*>(ret_{j}->typed_data()) + t * {f.nbytes}"
-            body.append(f"    std::memcpy({target}, {source}, {f.nbytes});")
+            target = f"reinterpret_cast<unsigned char*>(ret_{j}->typed_data()) + t * bytes_{k}"
+            body.append(f"    std::memcpy({target}, {source(f)}, bytes_{k});")
+            body.append(f"    jax_ipu::bind<{f.cxx}>(vertex.{f.name}, {target}, elems_{k}, "
+                        f"rows[{k}], storage);")
             continue
-        body.append(f"    jax_ipu::bind<{f.cxx}>(vertex.{f.name}, {source}, {f.elements}, "
-                    f"{f.row}, storage);")
-    for j, f in enumerate(rets):
-        target = f"reinterpret_cast<unsigned char*>(ret_{j}->typed_data()) + t * {f.nbytes}"
-        body.append(f"    jax_ipu::bind<{f.cxx}>(vertex.{f.name}, {target}, {f.elements}, "
-                    f"{f.row}, storage);")
-    for i, f in enumerate(temps):
-        body.append(f"    std::memset(tmp_{i}.data(), 0, tmp_{i}.size());")
-        body.append(f"    jax_ipu::bind<{f.cxx}>(vertex.{f.name}, tmp_{i}.data(), {f.elements}, "
-                    f"{f.row}, storage);")
+        if f.role == "tmp":
+            body.append(f"    std::memset({source(f)}, 0, bytes_{k});")
+        body.append(f"    jax_ipu::bind<{f.cxx}>(vertex.{f.name}, {source(f)}, elems_{k}, "
+                    f"rows[{k}], storage);")
     for name in attributes:
-        body.append(f"    vertex.{name} = static_cast<decltype(vertex.{name})>(attr_{name});")
+        body.append(f"    jax_ipu::set_attribute(vertex.{name}, attr_{name});")
+    prefix = f"std::string(\"vertex \") + {_c_string(vertex)}"
+
+    def fail(code: str, *text: str) -> str:
+        return f"        return ffi::Error(ffi::ErrorCode::{code}, {' + '.join([prefix, *text])});"
+
     body += [
-        "    bool ok = false;",
-        "    try {",
-        "      ok = jax_ipu::run(vertex);",
-        "    } catch (const std::exception& e) {",
-        "      return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string(\"vertex \") + "
-        f"{_c_string(vertex)} + \" threw on tile \" + std::to_string(tiles[t]) + \": \" + "
-        "e.what() + \" (\" + std::string(where) + \")\");",
-        "    } catch (...) {",
-        "      return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string(\"vertex \") + "
-        f"{_c_string(vertex)} + \" threw on tile \" + std::to_string(tiles[t]) + \" (\" + "
-        "std::string(where) + \")\");",
-        "    }",
-        "    if (!ok) {",
-        "      return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string(\"vertex \") + "
-        f"{_c_string(vertex)} + \" returned false on tile \" + std::to_string(tiles[t]) + "
-        "\" (\" + std::string(where) + \"): compute() failing is a vertex assertion; on the "
-        "IPU it stops the program\");",
+        "    const jax_ipu::Outcome outcome = jax_ipu::run(vertex, worker_timeout_ms);",
+        "    const std::string tile = std::to_string(tiles[t]);",
+        "    const std::string at = \" (\" + std::string(where) + \")\";",
+        "    const std::string workers = outcome.detail.empty() ? \"\" : \" in \" + "
+        "outcome.detail;",
+        "    switch (outcome.code) {",
+        "      case jax_ipu::Outcome::kOk:",
+        "        break;",
+        "      case jax_ipu::Outcome::kFalse:",
+        fail("kFailedPrecondition", '" returned false on tile "', "tile", "workers", "at",
+             '": compute() failing is a vertex assertion; on the IPU it stops the program"'),
+        "      case jax_ipu::Outcome::kThrew:",
+        fail("kFailedPrecondition", '" threw on tile "', "tile", '": "', "outcome.detail", "at"),
+        "      case jax_ipu::Outcome::kTimeout:",
+        fail("kDeadlineExceeded", '" on tile "', "tile", '": "', "outcome.detail",
+             '" of its workers did not finish within "',
+             "std::to_string(worker_timeout_ms)",
+             '" ms (jax_ipu_tile_worker_timeout_s) and were stopped; a worker that waits for a '
+             'result another worker never writes waits for ever"', "at"),
+        "      case jax_ipu::Outcome::kRuntime:",
+        fail("kInternal", '" on tile "', "tile", '": the IPU Model\'s worker threads failed: "',
+             "outcome.detail", "at"),
         "    }",
         "  }",
         "  return ffi::Error::Success();",
     ]
+    namespace = f"jax_ipu_glue_{symbol}"
     return "\n".join([
         "#include <cstring>",
-        "#include <exception>",
+        "#include <cstddef>",
+        "#include <mutex>",
         "#include <string>",
         "#include <string_view>",
         "#include <vector>",
         '#include "xla/ffi/api/ffi.h"',
-        "namespace jax_ipu_glue {",
+        f"namespace {namespace} {{",
         "namespace ffi = xla::ffi;",
         f"using Vertex = {vertex};",
+        "// One call at a time: a codelet's static data is its tile's, shared by its workers.",
+        "static std::mutex calls;",
         "static ffi::Error Run(" + ", ".join(params) + ") {",
         *body,
         "}",
-        "}  // namespace jax_ipu_glue",
-        f"XLA_FFI_DEFINE_HANDLER_SYMBOL({HANDLER_SYMBOL}, jax_ipu_glue::Run, xla::ffi::Ffi::Bind()",
+        f"}}  // namespace {namespace}",
+        f"XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {namespace}::Run, xla::ffi::Ffi::Bind()",
         *("    " + b for b in binds),
         ");",
         "",

@@ -11,35 +11,34 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jax_ipu.tile.array import TileShardedArray, check_tile_arrays
 from jax_ipu.tile.ops import composite_call
+from jax_ipu.tile.primitives import DEFAULT_PARAMS, TilePrimitive
 from jax_ipu.tile.validate import Tiles, check_tiles, tile_error, type_error
 
-_ACCURACY = {"accuracy": None}
-_SHARDING = {"out_sharding": None}
-# Parameters jax's lax wrappers fill in for the user, by primitive name.
-DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    **{name: _ACCURACY for name in ("exp", "exp2", "log", "log1p", "expm1", "sin", "cos", "tan",
-                                    "tanh", "logistic", "sqrt", "rsqrt", "cbrt")},
-    **{name: _SHARDING for name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
-                                    "reduce_and", "reduce_or", "reduce_xor")},
-    **{name: {"reverse": False} for name in ("cumsum", "cumprod", "cummax", "cummin",
-                                             "cumlogsumexp")},
-    "sort": {"is_stable": True, "num_keys": 1},
-    "dot_general": {"precision": None, "preferred_element_type": None, "out_sharding": None},
-    "rng_bit_generator": {"dtype": np.dtype(np.uint32),
-                          "algorithm": lax.RandomAlgorithm.RNG_DEFAULT, "out_sharding": None},
-    "argmax": {"index_dtype": np.dtype(np.int32)},
-    "argmin": {"index_dtype": np.dtype(np.int32)},
-}
+
+def _canonical(value: Any) -> Any:
+    """Lists as tuples, inside named tuples too: jax's parameters must hash
+    (dimension_numbers=(([1], [1]), ([], [])) as TessellateIPU code writes them)."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_canonical(v) for v in value))
+    if isinstance(value, list | tuple):
+        return tuple(_canonical(v) for v in value)
+    return value
 
 
 def _params(primitive: Any, tile_ndim: int, params: dict[str, Any]) -> dict[str, Any]:
-    full = {**DEFAULT_PARAMS.get(primitive.name, {}), **params}
-    if primitive.name == "sort":
+    name = (getattr(primitive, "base", None) or primitive).name
+    given = {k: _canonical(v) for k, v in params.items()}
+    if name.startswith("scatter") and given.get("update_consts", ()) is None:
+        given["update_consts"] = ()
+    full = {**DEFAULT_PARAMS.get(name, {}), **given}
+    if name == "sort":
         full.setdefault("dimension", max(tile_ndim - 1, 0))
+    for key in ("dtype", "new_dtype"):
+        if full.get(key) is not None and not isinstance(full[key], np.dtype):
+            full[key] = np.dtype(full[key])
     return full
 
 
@@ -75,21 +74,26 @@ def _one_tile_program(primitive: Any, avals: tuple[jax.ShapeDtypeStruct, ...],
 
 def _vertex_name(primitive: Any, args: tuple[TileShardedArray, ...]) -> str:
     dtypes = ",".join(sorted({str(a.dtype) for a in args})) or "none"
-    return f"lax.{primitive.name}<{dtypes}>"
+    family = "tile" if isinstance(primitive, TilePrimitive) else "lax"
+    return f"{family}.{primitive.name}<{dtypes}>"
 
 
 def tile_map(primitive: Any, *args: TileShardedArray, tiles: Any = None, sync: bool = False,
              **params: Any) -> TileShardedArray | tuple[TileShardedArray, ...]:
-    """Map `primitive` (a lax primitive such as lax.add_p, or a custom Vertex) over the tiles of
-    `args`: each tile runs it on its own rows, as one vertex of one compute set.
+    """Map `primitive` (a lax primitive such as lax.add_p, one of jax_ipu.tile's own such as
+    add_inplace_p, or a custom Vertex) over the tiles of `args`: each tile runs it on its own
+    rows, as one vertex of one compute set. None maps nothing: the arrays come back as given.
 
     All args must be TileShardedArrays on the same tiles (`tiles=` names them when there are no
-    args). `params` are the primitive's parameters (e.g. axes=(0,) for lax.reduce_sum_p);
-    `sync=True` adds a sync of those tiles before the compute set."""
+    args). `params` are the primitive's parameters (e.g. axes=(0,) for lax.reduce_sum_p; those
+    jax's wrappers fill in are filled in, lists are taken as tuples); `sync=True` adds a sync
+    of those tiles before the compute set."""
     from jax_ipu.tile.custom import Vertex, map_vertex
 
     check_tile_arrays(args, f"tile_map({getattr(primitive, 'name', primitive)})")
-    vertex_tiles = _common_tiles(args, tiles)
+    if primitive is None:
+        return args[0] if len(args) == 1 else args
+    vertex_tiles = common_tiles(args, tiles)
     if isinstance(primitive, Vertex):
         return map_vertex(primitive, args, vertex_tiles, sync, params)
     if not isinstance(primitive, jax.extend.core.Primitive):
@@ -105,11 +109,18 @@ def tile_map(primitive: Any, *args: TileShardedArray, tiles: Any = None, sync: b
         return tuple(out) if primitive.multiple_results else (out,)
 
     try:
-        jax.eval_shape(one_tile, *avals)
+        outs = jax.eval_shape(one_tile, *avals)
         program = _one_tile_program(primitive, avals, params)
     except (TypeError, ValueError, NotImplementedError) as e:
         raise type_error(f"tile_map({primitive.name}) on tile shapes "
                          f"{[tuple(a.shape) for a in avals]}: {e}") from None
+    inplace = getattr(primitive, "inplace", ())
+    for k, j in enumerate(inplace):
+        if j >= 0 and (j >= len(avals) or (outs[k].shape, outs[k].dtype) !=
+                       (avals[j].shape, avals[j].dtype)):
+            raise type_error(f"tile_map({primitive.name}) writes its result into argument {j}, "
+                             f"which must have the result's shape and dtype "
+                             f"({outs[k].shape} {outs[k].dtype})")
 
     def decomposition(*xs: Any) -> tuple[Any, ...]:
         if xs:
@@ -119,12 +130,13 @@ def tile_map(primitive: Any, *args: TileShardedArray, tiles: Any = None, sync: b
     outs = composite_call(
         "tile_map", decomposition, [a.array for a in args],
         {"tiles": vertex_tiles, "vertex": _vertex_name(primitive, args),
-         "primitive": primitive.name, "program": program, "sync": int(bool(sync))})
+         "primitive": primitive.name, "program": program, "sync": int(bool(sync)),
+         "inplace": tuple(inplace)})
     wrapped = tuple(TileShardedArray(o, vertex_tiles) for o in outs)
     return wrapped if primitive.multiple_results else wrapped[0]
 
 
-def _common_tiles(args: tuple[TileShardedArray, ...], tiles: Any) -> Tiles:
+def common_tiles(args: tuple[TileShardedArray, ...], tiles: Any) -> Tiles:
     """The tiles every arg lives on (and `tiles`, when given, must be them)."""
     if not args:
         if tiles is None:

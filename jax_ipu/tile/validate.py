@@ -45,7 +45,8 @@ def chip_tiles() -> tuple[int, str]:
 
 
 def check_tiles(tiles: Any, what: str, count: int | None = None) -> Tiles:
-    """`tiles` as a tuple of distinct ints within the chip; `count` of them when given."""
+    """`tiles` as a tuple of ints within the chip; `count` of them when given. A tile may be
+    named more than once: it then holds several rows, as in TessellateIPU."""
     if isinstance(tiles, int | np.integer):
         raise tile_error(f"{what}: tiles must be a sequence of tile ids, got the int {tiles}; "
                          f"write ({tiles},) for one tile")
@@ -62,12 +63,6 @@ def check_tiles(tiles: Any, what: str, count: int | None = None) -> Tiles:
     if count is not None and len(result) != count:
         raise tile_error(f"{what}: {len(result)} tiles for {count} rows; the first axis is "
                          f"mapped one row per tile, so give exactly {count} tile ids")
-    seen: set[int] = set()
-    twice = sorted({t for t in result if t in seen or seen.add(t)})
-    if twice:
-        raise tile_error(f"{what}: tile(s) {twice} named more than once; each row of a "
-                         "TileShardedArray lives on its own tile (use tile_put_replicated to "
-                         "copy data to several tiles)")
     limit, version = chip_tiles()
     outside = [t for t in result if not 0 <= t < limit]
     if outside:
