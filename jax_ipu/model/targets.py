@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jax_ipu.dtypes import with_pairs
 from jax_ipu.errors import IpuConfigError
 
 KIB = 1024
@@ -249,11 +250,13 @@ STREAMING_COPY_SYNCS = 1  # [D]
 # the NaN in the negative-zero code, which are float8_e4m3fnuz and float8_e5m2fnuz [P]
 # (Graphcore's IPU21 Tile Vertex ISA, as cited by LLVM review D141863, reviewed by Graphcore).
 # The OCP formats float8_e4m3fn and float8_e5m2 encode NaN and infinity differently and are
-# refused.
-BASE_DTYPES = frozenset({
+# refused. Complex data is held as pairs of the real type (dtypes.with_pairs): complex64 as two
+# float32, as Poplar programs hold it (popfft-style libraries and Graphcore's own FFT examples
+# keep real and imaginary planes of FLOAT) [D from P]; complex128 would need DOUBLE.
+BASE_DTYPES = with_pairs(frozenset({
     "float32", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
     "int64", "uint64", "token",
-})
+}))
 IPU21_EXTRA_DTYPES = frozenset({"float8_e4m3fnuz", "float8_e5m2fnuz"})  # [P] G-3
 
 # --- Model constants (assumptions of this project, all [D]) -----------------------------------
