@@ -72,9 +72,8 @@ def spans(p: Pass, target: Target) -> tuple[int, int]:
     return tiles, max(1, -(-tiles // max(1, p.lines)))
 
 
-def plan_pass(p: Pass, target: Target) -> tuple[Choice, int]:
-    """The cheapest radix for one dimension's transforms (the choice, with the runner-up, and
-    its radix).
+def candidates(p: Pass, target: Target) -> dict[Plan, int]:
+    """Every plan of one dimension's transforms, with its DFT radix.
 
     A radix-R plan multiplies the transforms' R-point columns by the R x R DFT matrix on the
     AMP, as two real matmuls (Re F, Im F) accumulated: one float32 matmul with the contraction
@@ -116,6 +115,13 @@ def plan_pass(p: Pass, target: Target) -> tuple[Choice, int]:
                  f"{exchanged} across tiles"
         plans[Plan(family, detail, compute, exchange, syncs, used, temp,
                    exchange_steps=exchange_steps, compute_steps=compute_steps)] = radix
+    return plans
+
+
+def plan_pass(p: Pass, target: Target) -> tuple[Choice, int]:
+    """The cheapest plan of one dimension's transforms that fits (with the runner-up), and
+    its radix."""
+    plans = candidates(p, target)
     choice = choose(plans, target)
     return choice, plans[choice.chosen]
 

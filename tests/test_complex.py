@@ -1,0 +1,81 @@
+"""complex64 on the ipu platform: FFTs, scipy.signal and complex arithmetic give cpu's numbers
+(both run XLA:CPU), and the model holds each value as two float32."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.signal as jss
+import numpy as np
+import pytest
+
+RNG = np.random.default_rng(0)
+
+
+def _real(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _complex(*shape):
+    return (_real(*shape) + 1j * _real(*shape)).astype(np.complex64)
+
+
+def _on(platform, fn, *args):
+    device = jax.devices(platform)[0]
+    out = jax.jit(fn)(*jax.device_put(args, device))
+    return jax.tree.map(np.asarray, out)
+
+
+CASES = {
+    "fft": (jnp.fft.fft, (_complex(4, 96),)),
+    "ifft": (jnp.fft.ifft, (_complex(4, 64),)),
+    "rfft": (jnp.fft.rfft, (_real(3, 100),)),
+    "irfft": (lambda z: jnp.fft.irfft(z, n=30), (_complex(5, 16),)),
+    "fftn": (lambda z: jnp.fft.fftn(z, axes=(0, 1, 2)), (_complex(4, 6, 8),)),
+    "rfft2": (jnp.fft.rfft2, (_real(2, 16, 12),)),
+    "arithmetic": (lambda a, b: (a * b / (b + 2), jnp.exp(a) - jnp.log(b), jnp.abs(a),
+                                 jnp.sqrt(a), jnp.conj(a) == a, a.real * b.imag),
+                   (_complex(33), _complex(33))),
+    "matmul": (jnp.matmul, (_complex(8, 24), _complex(24, 5))),
+    "sum": (lambda z: (z.sum(axis=0), jnp.cumsum(z, axis=1)), (_complex(7, 9),)),
+    "fftconvolve": (lambda a, b: jss.fftconvolve(a, b, mode="same"), (_real(40), _real(9))),
+    "welch": (lambda x: jss.welch(x, nperseg=32), (_real(256),)),
+    "stft_istft": (lambda x: jss.istft(jss.stft(x, nperseg=16)[2], nperseg=16), (_real(128),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ipu_gives_cpus_numbers(name):
+    fn, args = CASES[name]
+    ipu, cpu = _on("ipu", fn, *args), _on("cpu", fn, *args)
+    for got, want in zip(jax.tree.leaves(ipu), jax.tree.leaves(cpu), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_gradient_through_an_fft():
+    def loss(x):
+        return jnp.sum(jnp.abs(jnp.fft.rfft(x)) ** 2)
+
+    x = _real(64)
+    ipu = _on("ipu", jax.grad(loss), x)
+    np.testing.assert_array_equal(ipu, _on("cpu", jax.grad(loss), x))
+    # Parseval: the full spectrum's energy is 64 |x|^2, whose gradient is 128 x
+    full = _on("ipu", jax.grad(lambda v: jnp.sum(jnp.abs(jnp.fft.fft(v)) ** 2)), x)
+    np.testing.assert_allclose(full, 128 * x, rtol=1e-4, atol=1e-3)
+
+
+def test_complex64_arguments_take_eight_bytes_each():
+    x = jax.device_put(_complex(1024), jax.devices("ipu")[0])
+    assert x.dtype == jnp.complex64
+    stats = jax.jit(jnp.fft.fft).lower(x).compile().memory_analysis()
+    assert stats.argument_size_in_bytes == 8 * 1024 == stats.output_size_in_bytes
+
+
+def test_complex128_is_refused_like_float64():
+    x = np.ones(4, np.complex64)
+    with jax.enable_x64(True), pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.jit(lambda z: jnp.fft.fft(z.astype(jnp.complex128)))(
+            jax.device_put(x, jax.devices("ipu")[0]))
+    msg = str(err.value)
+    assert "has no complex128" in msg and "use complex64" in msg
