@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jaxlib
 
-from jax_ipu import _internals, config
+from jax_ipu import _internals, config, signposts
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ def initialize() -> None:
     if PLATFORM not in _internals.platforms_with_donation:
         _internals.platforms_with_donation.append(PLATFORM)
     use_compilation_cache()
+    signposts.install()
     _internals.register_plugin(PLATFORM, priority=400,
                                c_api=slots.install(distributed_state))
     lowering.register(PLATFORM)
