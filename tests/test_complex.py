@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.scipy.signal as jss
 import numpy as np
 import pytest
+import scipy.linalg
 
 RNG = np.random.default_rng(0)
 
@@ -79,3 +80,49 @@ def test_complex128_is_refused_like_float64():
             jax.device_put(x, jax.devices("ipu")[0]))
     msg = str(err.value)
     assert "has no complex128" in msg and "use complex64" in msg
+
+
+def _hermitian(n):
+    a = _complex(n, n)
+    return (a @ a.conj().T + n * np.eye(n)).astype(np.complex64)
+
+
+LINALG = {
+    "cholesky": (jnp.linalg.cholesky, (_hermitian(6),)),
+    "solve": (jnp.linalg.solve, (_complex(5, 5), _complex(5, 2))),
+    "inv_det": (lambda a: (jnp.linalg.inv(a), jnp.linalg.det(a)), (_complex(4, 4),)),
+    "triangular": (lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True,
+                                                                  trans="C"),
+                   (np.tril(_complex(5, 5)) + 4 * np.eye(5, dtype=np.complex64),
+                    _complex(5, 3))),
+}
+
+
+@pytest.mark.parametrize("name", list(LINALG))
+def test_complex_linear_algebra_agrees_with_cpu(name):
+    # HLO decompositions on ipu, LAPACK on cpu: the same results up to rounding
+    fn, args = LINALG[name]
+    for got, want in zip(jax.tree.leaves(_on("ipu", fn, *args)),
+                         jax.tree.leaves(_on("cpu", fn, *args)), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_complex_factorizations_reconstruct_their_matrix():
+    h, a = _hermitian(6), _complex(6, 4)
+    w, v = _on("ipu", jnp.linalg.eigh, h)
+    np.testing.assert_allclose(v @ np.diag(w) @ v.conj().T, h, atol=1e-4)
+    q, r = _on("ipu", jnp.linalg.qr, a)
+    np.testing.assert_allclose(q @ r, a, atol=1e-5)
+    np.testing.assert_allclose(q.conj().T @ q, np.eye(4), atol=1e-5)
+
+
+def test_hermitian_tridiagonal_is_lapacks_chetrd():
+    h = _hermitian(5)
+    arr, d, e, tau = _on("ipu", lambda a: jax.lax.linalg.tridiagonal(a, lower=True), h)
+    c, d0, e0, tau0, info = scipy.linalg.lapack.chetrd(h, lower=True)
+    assert info == 0 and d.dtype == e.dtype == np.float32
+    for got, want in zip((arr, d, e, tau), (c, d0, e0, tau0), strict=True):
+        np.testing.assert_allclose(np.tril(got) if got.ndim == 2 else got,
+                                   np.tril(want) if want.ndim == 2 else want,
+                                   rtol=1e-4, atol=1e-4)

@@ -21,8 +21,9 @@ from jax_ipu.model.targets import Target
 OP_CLASSES = {"fft": "fft"}
 POINT_BYTES = itemsize("complex64")
 PART_BYTES = itemsize("float32")
-# A radix-2 butterfly (a, b) -> (a + w b, a - w b): the twiddle product w b (4 multiplies, 2
-# adds), then an add and a subtract of complex values, one value a 64-bit vector.
+# A radix-2 butterfly (a, b) -> (a + w b, a - w b), as Graphcore's Poplar FFT runs its stages
+# (G-10) [D from P]: the twiddle product w b (4 multiplies, 2 adds), then an add and a subtract
+# of complex values, one value a 64-bit vector.
 BUTTERFLY = FloatWork(6 + 2 + 2)
 BUTTERFLY_LOADS = 3  # a, b and the twiddle w
 BUTTERFLY_STORES = 2
