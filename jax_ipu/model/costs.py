@@ -353,7 +353,7 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
                   bytes_accessed=sum(t.nbytes for t in inputs) + out.nbytes * n_in,
                   compute_cycles=compute, syncs=1, tiles=tiles_in)
     if partials > out.size:
-        acc_bytes = partials * ACCUMULATOR_BYTES * n_in
+        acc_bytes = partials * ACCUMULATOR_BYTES * n_in * parts(inputs[0].dtype)
         per_tile2 = -(-acc_bytes // max(1, tiles_used(acc_bytes, target.num_tiles)))
         cost.exchange_cycles = exchange_cycles(per_tile2, target)
         cost.compute_cycles += target.vertex_cycles + math.ceil(
