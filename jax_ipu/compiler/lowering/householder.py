@@ -99,11 +99,15 @@ def tridiagonal(a: Any, *, lower: bool) -> tuple[Any, Any, Any, Any]:
     upper: it annihilates column j+1 above row j (unit entry at j, tail above), last first."""
     n = a.shape[0]
     real = jnp.real(a[:0, :0]).dtype
-    if n == 1:  # no reflector; fori_loop would still trace its body
-        return a, jnp.real(jnp.diagonal(a)), jnp.zeros((0,), real), jnp.zeros((0,), a.dtype)
     rows = jnp.arange(n)
-    full = jnp.tril(a) + jnp.tril(a, -1).conj().T if lower else \
-        jnp.triu(a) + jnp.triu(a, 1).conj().T
+    # A Hermitian matrix's diagonal is real: LAPACK reads its real part only, and returns it so.
+    diagonal = jnp.real(jnp.diagonal(a))
+    if n == 1:  # no reflector; fori_loop would still trace its body
+        return diagonal.astype(a.dtype)[None], diagonal, jnp.zeros((0,), real), \
+            jnp.zeros((0,), a.dtype)
+    full = jnp.tril(a, -1) + jnp.tril(a, -1).conj().T if lower else \
+        jnp.triu(a, 1) + jnp.triu(a, 1).conj().T
+    full = full + jnp.diag(diagonal).astype(a.dtype)
 
     def step(s: Any, carry: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         w, vs, e, taus = carry

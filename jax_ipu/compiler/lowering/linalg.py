@@ -103,8 +103,11 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
     its second row and column (a_pq = |a_pq| e^{i phi}), then rotated as a real one."""
     n = a.shape[0]
     hermitian = jnp.iscomplexobj(a)
-    a = jnp.tril(a) + jnp.tril(a, -1).conj().T if lower else \
-        jnp.triu(a) + jnp.triu(a, 1).conj().T
+    # the diagonal's imaginary part is ignored, as LAPACK's heevd ignores it
+    diagonal = jnp.diag(jnp.real(jnp.diagonal(a))).astype(a.dtype)
+    a = jnp.tril(a, -1) + jnp.tril(a, -1).conj().T if lower else \
+        jnp.triu(a, 1) + jnp.triu(a, 1).conj().T
+    a = a + diagonal
     # An odd size gets one zero row and column: rotations never mix it with the rest.
     m = n + n % 2
     a = jnp.pad(a, ((0, m - n), (0, m - n)))
