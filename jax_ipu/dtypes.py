@@ -19,6 +19,9 @@ class DType:
     pjrt: int  # PJRT_Buffer_Type
     mlir: str  # spelling of the element type in MLIR
     hlo: str  # spelling in XLA's HLO text
+    # A complex type is held as two values of this real type (real part, then imaginary), as
+    # Poplar programs hold complex data: it runs where that type runs. None for real types.
+    pair_of: str | None = None
 
 
 TABLE: tuple[DType, ...] = (
@@ -35,8 +38,8 @@ TABLE: tuple[DType, ...] = (
     DType("float32", 32, 11, "f32", "f32"),
     DType("float64", 64, 12, "f64", "f64"),
     DType("bfloat16", 16, 13, "bf16", "bf16"),
-    DType("complex64", 64, 14, "complex<f32>", "c64"),
-    DType("complex128", 128, 15, "complex<f64>", "c128"),
+    DType("complex64", 64, 14, "complex<f32>", "c64", pair_of="float32"),
+    DType("complex128", 128, 15, "complex<f64>", "c128", pair_of="float64"),
     DType("float8_e5m2", 8, 16, "f8E5M2", "f8e5m2"),
     DType("float8_e4m3fn", 8, 17, "f8E4M3FN", "f8e4m3fn"),
     DType("float8_e4m3b11fnuz", 8, 18, "f8E4M3B11FNUZ", "f8e4m3b11fnuz"),
@@ -62,6 +65,18 @@ def itemsize(name: str) -> int:
     """Bytes one element takes in memory (unknown dtypes count as 4)."""
     d = BY_NAME.get(name)
     return 4 if d is None else (d.bits + 7) // 8
+
+
+def pair_of(name: str) -> str | None:
+    """The real type a complex dtype is held as two of (complex64: float32); None otherwise."""
+    d = BY_NAME.get(name)
+    return None if d is None else d.pair_of
+
+
+def with_pairs(native: frozenset[str]) -> frozenset[str]:
+    """`native` and every complex dtype whose parts are in it: a chip that runs float32 holds
+    complex64 as pairs of float32; one without float64 has no complex128."""
+    return native | {d.name for d in TABLE if d.pair_of in native}
 
 
 def element_type(name: str) -> int:

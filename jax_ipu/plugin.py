@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jaxlib
 
-from jax_ipu import _internals, config
+from jax_ipu import _internals, config, signposts
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ def initialize() -> None:
         from jax_ipu.pjrt import slots
 
         use_compilation_cache()
+        signposts.install()
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
         # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).

@@ -98,14 +98,24 @@ def test_float64_refused_everywhere_with_x64_hint():
         assert f"{__file__}:{_line_of(f, 'jnp.exp')}" in msg
 
 
-def test_complex_refused():
-    def f(x):
-        return (x * 1j).real
+def complex_product(x):
+    return (x * 1j).real
 
-    p = read_program(portable_artifact(f, np.ones((3,), F32)))
-    with pytest.raises(IpuCompileError, match="complex64") as err:
-        check_program(p, get_target("ipu2"))
-    assert "no complex arithmetic" in str(err.value)
+
+@pytest.mark.parametrize("version", ["ipu1", "ipu2", "ipu21"])
+def test_complex64_runs_as_pairs_of_float32_and_complex128_is_refused_as_float64(version):
+    target = get_target(version)
+    check_program(read_program(portable_artifact(complex_product, np.ones((3,), F32))), target)
+    with jax.enable_x64(True):
+        p = read_program(portable_artifact(complex_product, np.ones((3,), np.float64)))
+    with pytest.raises(IpuCompileError) as err:
+        check_program(p, target)
+    msg = str(err.value)
+    line = f"{__file__}:{_line_of(complex_product, '1j')}"
+    assert f"stablehlo.multiply with complex128 at {line}" in msg
+    assert f"{version} has no complex128" in msg and f"{version} has no float64" in msg
+    assert f"How to fix complex128: your code makes complex128 at {line}" in msg
+    assert "use complex64; if you enabled jax_enable_x64, keep the arrays complex64" in msg
 
 
 def test_all_offending_ops_reported_and_capped():

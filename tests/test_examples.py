@@ -54,6 +54,12 @@ CASES: dict[str, tuple[list[str], dict[str, tuple[str, float]], list[str]]] = {
         ["optimizer_state_offload_loss.png"],
     ),
     "tile_quickstart": (["--size", "256"], {"max_error": ("<", 1e-4)}, []),
+    # The strongest bin of each frame within half a bin (62.5 Hz) of the chirp, on average.
+    "spectrogram": (
+        ["--samples", "4096", "--nperseg", "128"],
+        {"mean_error_hz": ("<", 62.5), "frames": (">", 64)},
+        ["spectrogram.png"],
+    ),
     "tile_heat_equation": (
         ["--tiles", "32", "--rows", "4", "--cols", "32", "--steps", "20"],
         {"bit_equal": (">", 0.5), "checksum": (">", 0.0)},

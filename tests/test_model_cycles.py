@@ -263,6 +263,19 @@ def test_ops_without_operands_cost_nothing_and_place_fine():
     assert r.cycles.total == 0 and not r.warnings
 
 
+def test_an_op_no_rule_can_cost_is_named_and_does_not_stop_compilation():
+    # An unknown op reading a slice (a view of 16 elements) into 32 elements: not even an
+    # elementwise pass over its result can place that operand.
+    x, piece, out = TensorType((64,), "float32"), TensorType((16,), "float32"), \
+        TensorType((32,), "float32")
+    ops = [Op("stablehlo.slice", (x,), (piece,), (1,), (2,),
+              {"start_indices": [0], "limit_indices": [16], "strides": [1]}),
+           Op("stablehlo.mystery", (piece,), (out,), (2,), (3,))]
+    r = analyze(Program("jit_mystery", (x,), (out,), ops, (1,), (3,)), get_target("ipu2"))
+    assert "stablehlo.mystery" in r.cycles.unmodelled_ops
+    assert any("stablehlo.mystery" in w for w in r.warnings)
+
+
 def conv3x3(x, w):
     return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))

@@ -291,6 +291,11 @@ def save_image(plot_dir: str | None, filename: str, image: np.ndarray) -> None:
     print(f"saved {path}")
 
 
+def save_figure(fig: Figure, plot_dir: str, filename: str) -> None:
+    """Save a figure an example drew itself into `plot_dir`."""
+    _save(fig, plot_dir, filename)
+
+
 def _save(fig: Figure, plot_dir: str, filename: str) -> None:
     os.makedirs(plot_dir, exist_ok=True)
     path = Path(plot_dir) / filename

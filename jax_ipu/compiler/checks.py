@@ -35,18 +35,21 @@ ALLOWED_CUSTOM_CALLS: dict[str, str] = {
     "xla_ffi_partitioned_python_cpu_callback": "host callback, run on the host by the runtime",
 }
 
-_X64_HINT = ("use float32; if you enabled jax_enable_x64, keep the arrays float32 "
-             "(e.g. .astype(jnp.float32)), trace this program with x64 off "
-             "(`with jax.enable_x64(False):` around the call), or disable x64")
-_COMPLEX_HINT = "the IPU has no complex arithmetic: keep real and imaginary parts as float32"
+# The 64-bit types jax_enable_x64 makes, and the 32-bit type each can be kept as instead.
+_NARROW = {"float64": "float32", "complex128": "complex64"}
+
+
+def _x64_hint(dtype: str) -> str:
+    narrow = _NARROW[dtype]
+    return (f"use {narrow}; if you enabled jax_enable_x64, keep the arrays {narrow} "
+            f"(e.g. .astype(jnp.{narrow})), trace this program with x64 off "
+            "(`with jax.enable_x64(False):` around the call), or disable x64")
 
 
 
 def _hint(dtype: str, target: Target) -> str:
-    if dtype == "float64":
-        return _X64_HINT
-    if dtype.startswith("complex"):
-        return _COMPLEX_HINT
+    if dtype in _NARROW:
+        return _x64_hint(dtype)
     if dtype == "bfloat16":
         return "use float16 or float32 (Poplar has no bfloat16 type on any IPU)"
     if dtype.startswith("float8") or dtype.startswith("float4"):
@@ -61,33 +64,35 @@ def _hint(dtype: str, target: Target) -> str:
 
 _X64_OFF = (
     "trace the program with x64 off, `with jax.enable_x64(False):` around the call (jax "
-    "traces at the first call; the library then computes in float32), or turn x64 off for the "
+    "traces at the first call; the library then computes in {narrow}), or turn x64 off for the "
     "process (jax.config.update('jax_enable_x64', False) or JAX_ENABLE_X64=0), or run this "
-    "computation on the cpu device. The IPU has no float64, and jax-ipu never demotes it to "
-    "float32 silently"
+    "computation on the cpu device. The IPU has no float64 (so no complex128, its pairs), and "
+    "jax-ipu never demotes it to {narrow} silently"
 )
 _SHOWN_LINES = 3
 
 
-def _float64_hint(made: list[tuple[Frame, ...]]) -> str:
-    """What to do about float64, by who made it: the user's own lines first (they are what
-    the user can change), then the libraries that compute in float64 by themselves."""
+def _float64_hint(made: list[tuple[Frame, ...]], dtype: str = "float64") -> str:
+    """What to do about float64 (or complex128), by who made it: the user's own lines first
+    (they are what the user can change), then the libraries that compute in it by themselves."""
+    narrow = _NARROW[dtype]
+    off = _X64_OFF.format(narrow=narrow)
     yours = list(dict.fromkeys(_frame_text(f[0]) for f in made if frame_of.user(f[0][0])))
     libraries = sorted({name for f in made if (name := library_of(f[0][0])) is not None})
     names = " and ".join(f"'{name}'" for name in libraries)
     if not yours:
         if not libraries:
-            return _X64_HINT
-        return (f"the float64 is made inside {names}, not in your code: with jax_enable_x64 "
-                "on, the library computes in float64 whatever your arrays are, so keeping them "
-                f"float32 cannot remove it. Either {_X64_OFF}")
+            return _x64_hint(dtype)
+        return (f"the {dtype} is made inside {names}, not in your code: with jax_enable_x64 "
+                f"on, the library computes in {dtype} whatever your arrays are, so keeping "
+                f"them {narrow} cannot remove it. Either {off}")
     more = len(yours) - _SHOWN_LINES
     lines = ", ".join(yours[:_SHOWN_LINES]) + (f" and {more} more" if more > 0 else "")
-    hint = f"your code makes float64 at {lines}: {_X64_HINT}"
+    hint = f"your code makes {dtype} at {lines}: {_x64_hint(dtype)}"
     if libraries:
-        hint += (f". {names} also compute{'s' if len(libraries) == 1 else ''} in float64 "
+        hint += (f". {names} also compute{'s' if len(libraries) == 1 else ''} in {dtype} "
                  "(the lines above inside it); if that remains once your own values are "
-                 f"float32: {_X64_OFF}")
+                 f"{narrow}: {off}")
     return hint
 
 
@@ -235,7 +240,7 @@ class _Checker:
         lines = []
         for dtype in sorted({p.dtype for p in problems if p.dtype}):
             made = [p.frames for p in problems if p.dtype == dtype and p.frames]
-            hint = _float64_hint(made) if dtype == "float64" else _hint(dtype, self.target)
+            hint = _float64_hint(made, dtype) if dtype in _NARROW else _hint(dtype, self.target)
             lines.append(f"How to fix {dtype}: {hint}.")
         return lines
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from jax_ipu.model.collectives import plan_collective
+from jax_ipu.model.complex_ops import float_work, parts, real_form
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import (
     Everywhere,
@@ -151,7 +152,7 @@ Rule = Callable[[Op, list[Op], Target, Layouts], OpCost]
 
 def _vector_elems(dtype: str) -> int:
     # Float ops run on the 64-bit SIMD path; integer and bool ops are scalar.
-    if dtype.startswith(("float", "bfloat")):
+    if dtype.startswith(("float", "bfloat", "complex")):
         return max(1, VECTOR_BYTES // max(1, TensorType((), dtype).itemsize))
     return 1
 
@@ -162,6 +163,19 @@ def alu_cycles(kind: str) -> int:
     if kind in _DIVIDE:
         return DIVIDE_CYCLES_PER_VECTOR
     return SIMPLE_CYCLES_PER_VECTOR
+
+
+def op_alu_cycles(op: Op, width: int) -> float:
+    """ALU cycles of one vector of `width` result elements of `op`: an op on complex values
+    takes the float32 work it becomes (model/complex_ops.py)."""
+    work = float_work(op, op.kind in _TRANSCENDENTAL)
+    return alu_cycles(op.kind) if work is None else work.cycles(width)
+
+
+def op_flops(op: Op) -> int:
+    """Floating-point operations of one result element of an elementwise op."""
+    work = float_work(op, op.kind in _TRANSCENDENTAL)
+    return 1 if work is None else work.flops
 
 
 def _accesses(width: int, t: TensorType, target: Target) -> int:
@@ -246,13 +260,13 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(alu_cycles(o.kind) for o in chain
+    alu = sum(op_alu_cycles(o, width) for o in chain
               if op_class(o) not in ("broadcast", "free"))
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
     placement, per_tile, tiles, received = _operand_tiles(out, streams, target, layouts)
     vectors = -(-per_tile // width)
-    arithmetic = sum(1 for o in chain if op_class(o) == "elementwise")
+    arithmetic = sum(op_flops(o) for o in chain if op_class(o) == "elementwise")
     exchange = exchange_cycles(received, target)
     return OpCost(
         flops=out.size * arithmetic,
@@ -325,8 +339,9 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     tiles_in = max(1, tiles_used(max(t.nbytes for t in read), target.num_tiles))
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
-    body = (sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1) + \
-        sum(alu_cycles(o.kind) for o in fused if op_class(o) in ("elementwise", "conversion"))
+    body = (sum(op_alu_cycles(o, width) for r in op.regions for o in r.ops) or 1) + \
+        sum(op_alu_cycles(o, width) for o in fused
+            if op_class(o) in ("elementwise", "conversion"))
     per_vector = max(body, sum(_accesses(width, t, target) for t in read))
     compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target)
     dims = op.attributes.get("dimensions") or []
@@ -334,10 +349,11 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     trailing = sorted(dims) == list(range(rank - len(dims), rank))
     # Rows reduced along the innermost dims stay on their tile except at tile boundaries.
     partials = min(elems, out.size + tiles_in) if trailing else min(elems, out.size * tiles_in)
-    cost = OpCost(flops=elems * n_in, bytes_accessed=sum(t.nbytes for t in inputs) +
-                  out.nbytes * n_in, compute_cycles=compute, syncs=1, tiles=tiles_in)
+    cost = OpCost(flops=elems * n_in * parts(inputs[0].dtype),
+                  bytes_accessed=sum(t.nbytes for t in inputs) + out.nbytes * n_in,
+                  compute_cycles=compute, syncs=1, tiles=tiles_in)
     if partials > out.size:
-        acc_bytes = partials * ACCUMULATOR_BYTES * n_in
+        acc_bytes = partials * ACCUMULATOR_BYTES * n_in * parts(inputs[0].dtype)
         per_tile2 = -(-acc_bytes // max(1, tiles_used(acc_bytes, target.num_tiles)))
         cost.exchange_cycles = exchange_cycles(per_tile2, target)
         cost.compute_cycles += target.vertex_cycles + math.ceil(
@@ -352,7 +368,7 @@ def window(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     size = math.prod(op.attributes.get("window_dimensions") or [1])
     tiles, per_tile = _spread(out, target)
     width = _vector_elems(out.dtype)
-    body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+    body = sum(op_alu_cycles(o, width) for r in op.regions for o in r.ops) or 1
     per_vector = size * max(body, _accesses(width, op.operands[0], target)) + \
         _accesses(width, out, target)
     return OpCost(
@@ -404,17 +420,23 @@ def _product(op: Op, choice: Choice, target: Target, placed: tuple[bool, bool],
 
 
 def dot(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
+    """A matmul, planned by model/matmul.py; a complex one as the real matmul it becomes."""
     g, m, n, k = _dot_dims(op)
+    twice, size = real_form(op.operands[0].dtype)
+    n, k = twice * n, twice * k
     placed = _placed(op, layouts)
-    return _product(op, choose_matmul(g, m, n, k, op.operands[0].itemsize, target, placed),
+    return _product(op, choose_matmul(g, m, n, k, size, target, placed),
                     target, placed, 2 * g * m * n * k)
 
 
 def conv(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
+    """A convolution, planned by model/matmul.py; a complex one as the real convolution it
+    becomes (input and output channels twice as many)."""
     g, m, n, kernel = _conv_dims(op)
+    twice, size = real_form(op.operands[0].dtype)
+    n, kernel = twice * n, replace(kernel, channels=twice * kernel.channels)
     placed = _placed(op, layouts)
-    choice = choose_conv(max(1, g), max(1, m), max(1, n), kernel, op.operands[0].itemsize,
-                         target, placed)
+    choice = choose_conv(max(1, g), max(1, m), max(1, n), kernel, size, target, placed)
     return _product(op, choice, target, placed,
                     2 * g * m * n * kernel.positions * kernel.channels)
 
@@ -591,7 +613,8 @@ def collective(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpC
     if plan.reduced_bytes:
         reduced = TensorType((plan.reduced_bytes // max(1, data.itemsize),), data.dtype)
         tiles, per_tile = _spread(reduced, target)
-        body = sum(alu_cycles(o.kind) for r in op.regions for o in r.ops) or 1
+        body = sum(op_alu_cycles(o, _vector_elems(data.dtype)) for r in op.regions
+                   for o in r.ops) or 1
         # One combining vertex per step that received data to combine.
         cost.compute_cycles = plan.combine_steps * target.vertex_cycles + \
             math.ceil(per_tile / _vector_elems(data.dtype)) * body

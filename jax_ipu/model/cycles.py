@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jax_ipu.model import tiles
+from jax_ipu.model import fft, tiles
 from jax_ipu.model.costs import (
     FUSABLE,
     IN_PLACE,
@@ -147,7 +147,12 @@ def _cost(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
         # A malformed or unexpected op must not stop compilation: cost it as unmodelled.
         logger.warning("cost rule %s failed on %s; costing it as unmodelled", cls, op.name,
                        exc_info=True)
-        return RULES["unmodelled"](op, [], target, layouts)
+        try:
+            return RULES["unmodelled"](op, [], target, layouts)
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
+            # Not even an elementwise pass over its result can be placed (its operands are
+            # views of another size): it is counted, at no cost, and named in the warnings.
+            return OpCost(unmodelled=True, note=f"no cost rule could cost {op.name}")
 
 
 def _record(layouts: Layouts, op: Op, cls: str, cost: OpCost) -> None:
@@ -201,6 +206,9 @@ def one_tile_cost(ops: list[Op], target: Target) -> tuple[float, int]:
 # tile_map's vertex of lax primitives costs what this module costs them on one tile.
 OP_CLASSES.update(tiles.OP_CLASSES)
 RULES.update(tiles.RULES, tile_vertex=functools.partial(tiles.vertex, one_tile=one_tile_cost))
+# stablehlo.fft: a planned tiled FFT (model/fft.py).
+OP_CLASSES.update(fft.OP_CLASSES)
+RULES.update(fft.RULES)
 
 
 def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jax_ipu.dtypes import with_pairs
 from jax_ipu.errors import IpuConfigError
 
 KIB = 1024
@@ -42,6 +43,10 @@ SOURCES: dict[str, str] = {
            "micro-batch 1, FLOAT16, default availableMemoryProportion) and squad_large_384.json "
            "(its training, sequence 384, micro-batch 4: layers_per_ipu [2,3,3,3,3,3,3,4], eight "
            "IPUs): https://github.com/graphcore/examples",
+    "G-10": "Graphcore's Poplar FFT example, FFTBuilder (markp-gc/poplar_explorer, src/fft/, "
+            "copyright Graphcore Ltd 2022): complex tensors as a real and an imaginary FLOAT "
+            "tensor; a radix-sized DFT as real matmuls, then radix-2 twiddle-and-butterfly "
+            "stages as elementwise ops",
     "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
            "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
            "https://github.com/graphcore-research/tessellate-ipu",
@@ -256,11 +261,13 @@ STREAMING_COPY_SYNCS = 1  # [D]
 # the NaN in the negative-zero code, which are float8_e4m3fnuz and float8_e5m2fnuz [P]
 # (Graphcore's IPU21 Tile Vertex ISA, as cited by LLVM review D141863, reviewed by Graphcore).
 # The OCP formats float8_e4m3fn and float8_e5m2 encode NaN and infinity differently and are
-# refused.
-BASE_DTYPES = frozenset({
+# refused. Complex data is held as pairs of the real type (dtypes.with_pairs): complex64 as two
+# float32, as Graphcore's own Poplar FFT holds it (G-10) [D from P]; complex128 would need
+# DOUBLE, which no IPU has.
+BASE_DTYPES = with_pairs(frozenset({
     "float32", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
     "int64", "uint64", "token",
-})
+}))
 IPU21_EXTRA_DTYPES = frozenset({"float8_e4m3fnuz", "float8_e5m2fnuz"})  # [P] G-3
 
 # --- Model constants (assumptions of this project, all [D]) -----------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_ipu import _internals, compiler, config, profile
+from jax_ipu import _internals, compiler, config, profile, signposts
 from jax_ipu.errors import IpuConfigError, IpuError, IpuOutOfMemoryError
 from jax_ipu.model import TO_DEVICE
 from jax_ipu.model.streaming import UNPINNED_HOST, move
@@ -47,6 +47,7 @@ class Settings:
     @classmethod
     def from_config(cls) -> Settings:
         config.check_environment()
+        signposts.warn_fork_environment()
         if not config.value("jax_ipu_use_model"):
             raise IpuError(NO_HARDWARE)
         target = config.target()

@@ -1,5 +1,6 @@
-"""Householder reductions of one real matrix in LAPACK's storage forms, as plain jax loops:
-QR (geqrf), the product of reflectors (orgqr), Hessenberg (gehrd) and tridiagonal (sytrd)."""
+"""Householder reductions of one matrix in LAPACK's storage forms, as plain jax loops: QR (geqrf),
+the product of reflectors (orgqr), Hessenberg (gehrd) and tridiagonal (sytrd); for a complex
+matrix the same loops are LAPACK's complex ones (zgeqrf, zungqr, zgehrd, zhetrd)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ from jax import lax
 
 
 def _reflector(x: Any, pivot: Any, tail: Any) -> tuple[Any, Any, Any]:
-    """LAPACK's dlarfg on x[pivot] (alpha) and the entries of `x` where `tail` holds.
+    """LAPACK's dlarfg (zlarfg) on x[pivot] (alpha) and the entries of `x` where `tail` holds.
 
-    Returns (beta, tau, v): H = I - tau v v^T maps alpha and the tail to beta and zeros, v[pivot]
-    is 1, v is x's tail scaled below the pivot's row set and 0 elsewhere. LAPACK's sign choice
-    (beta opposite to alpha) makes the factors agree with CPU's up to rounding, not just signs."""
+    Returns (beta, tau, v): H = I - tau v v^H, applied as H^H, maps alpha and the tail to beta
+    (real) and zeros, v[pivot] is 1, v is x's tail scaled below the pivot's row set and 0
+    elsewhere. LAPACK's sign choice (beta opposite to alpha's real part) makes the factors
+    agree with CPU's up to rounding, not just signs."""
     rows = jnp.arange(x.shape[0])
     alpha = x[pivot]
     below = jnp.where(tail, x, 0)
     xnorm = jnp.linalg.norm(below)
-    trivial = xnorm == 0
-    beta = -jnp.where(alpha >= 0, 1, -1) * jnp.hypot(alpha, xnorm)
-    beta = jnp.where(trivial, alpha, beta)
+    trivial = (xnorm == 0) & (jnp.imag(alpha) == 0)
+    beta = -jnp.where(jnp.real(alpha) >= 0, 1, -1) * jnp.hypot(jnp.abs(alpha), xnorm)
+    beta = jnp.where(trivial, alpha, beta.astype(x.dtype))
     tau = jnp.where(trivial, 0, (beta - alpha) / jnp.where(trivial, 1, beta))
     scale = jnp.where(trivial, 1, alpha - beta)
     v = jnp.where(rows == pivot, 1, below / scale).astype(x.dtype)
@@ -39,7 +41,7 @@ def geqrf(a: Any) -> tuple[Any, Any]:
         w, taus = carry
         x = w[:, j]
         beta, tau, v = _reflector(x, j, rows > j)
-        update = jnp.where(cols > j, tau * (v @ w), 0)
+        update = jnp.where(cols > j, jnp.conj(tau) * (jnp.conj(v) @ w), 0)
         w = w - jnp.outer(v, update)
         w = w.at[:, j].set(jnp.where(rows < j, x, jnp.where(rows == j, beta, v)))
         return w, taus.at[j].set(tau)
@@ -59,7 +61,7 @@ def householder_product(a: Any, taus: Any) -> Any:
     def step(s: Any, q: Any) -> Any:
         i = k - 1 - s
         v = jnp.where(rows > i, a[:, i], jnp.where(rows == i, 1, 0)).astype(a.dtype)
-        return q - taus[i] * jnp.outer(v, v @ q)
+        return q - taus[i] * jnp.outer(v, jnp.conj(v) @ q)
 
     return lax.fori_loop(0, k, step, jnp.eye(m, n, dtype=a.dtype))
 
@@ -77,10 +79,10 @@ def hessenberg(a: Any) -> tuple[Any, Any]:
         w, taus = carry
         x = w[:, j]
         beta, tau, v = _reflector(x, j + 1, rows > j + 1)
-        # A := H A H, from the right on every row, then from the left on columns after j (v is
-        # 0 up to row j, so column j is untouched and then takes beta and the reflector).
-        w = w - tau * jnp.outer(w @ v, v)
-        w = w - tau * jnp.outer(v, jnp.where(cols > j, v @ w, 0))
+        # A := H^H A H, from the right on every row, then from the left on columns after j (v
+        # is 0 up to row j, so column j is untouched and then takes beta and the reflector).
+        w = w - tau * jnp.outer(w @ v, jnp.conj(v))
+        w = w - jnp.conj(tau) * jnp.outer(v, jnp.where(cols > j, jnp.conj(v) @ w, 0))
         w = w.at[:, j].set(jnp.where(rows <= j, x, jnp.where(rows == j + 1, beta, v)))
         return w, taus.at[j].set(tau)
 
@@ -88,18 +90,24 @@ def hessenberg(a: Any) -> tuple[Any, Any]:
 
 
 def tridiagonal(a: Any, *, lower: bool) -> tuple[Any, Any, Any, Any]:
-    """Tridiagonal form of one symmetric n x n matrix read from its `lower` (or upper) triangle,
-    as LAPACK's sytrd returns it: (a with the diagonal, the off-diagonal and the reflectors in
-    that triangle and the other triangle as given, diagonal d, off-diagonal e, scales tau).
+    """Tridiagonal form of one symmetric (or Hermitian) n x n matrix read from its `lower` (or
+    upper) triangle, as LAPACK's sytrd (hetrd) returns it: (a with the diagonal, the
+    off-diagonal and the reflectors in that triangle and the other triangle as given, real
+    diagonal d, real off-diagonal e, scales tau).
 
     lower: reflector j annihilates column j below row j+1 (unit entry at j+1, tail below);
     upper: it annihilates column j+1 above row j (unit entry at j, tail above), last first."""
     n = a.shape[0]
-    if n == 1:  # no reflector; fori_loop would still trace its body
-        empty = jnp.zeros((0,), a.dtype)
-        return a, jnp.diagonal(a), empty, empty
+    real = jnp.real(a[:0, :0]).dtype
     rows = jnp.arange(n)
-    full = jnp.tril(a) + jnp.tril(a, -1).T if lower else jnp.triu(a) + jnp.triu(a, 1).T
+    # A Hermitian matrix's diagonal is real: LAPACK reads its real part only, and returns it so.
+    diagonal = jnp.real(jnp.diagonal(a))
+    if n == 1:  # no reflector; fori_loop would still trace its body
+        return diagonal.astype(a.dtype)[None], diagonal, jnp.zeros((0,), real), \
+            jnp.zeros((0,), a.dtype)
+    full = jnp.tril(a, -1) + jnp.tril(a, -1).conj().T if lower else \
+        jnp.triu(a, 1) + jnp.triu(a, 1).conj().T
+    full = full + jnp.diag(diagonal).astype(a.dtype)
 
     def step(s: Any, carry: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         w, vs, e, taus = carry
@@ -110,19 +118,19 @@ def tridiagonal(a: Any, *, lower: bool) -> tuple[Any, Any, Any, Any]:
             j = n - 2 - s
             column, pivot, tail, block = j + 1, j, rows < j, rows <= j
         beta, tau, v = _reflector(w[:, column], pivot, tail)
-        # The block still to reduce becomes H A H, with sytd2's symmetric rank-2 update:
-        # p = tau A v, q = p - (tau/2)(p.v) v, A := A - v q^T - q v^T.
+        # The block still to reduce becomes H^H A H, with sytd2's (hetd2's) rank-2 update:
+        # p = tau A v, q = p - (tau/2)(p^H v) v, A := A - v q^H - q v^H.
         p = jnp.where(block, tau * (w @ v), 0)
-        q = p - (tau / 2) * (p @ v) * v
-        w = w - jnp.outer(v, q) - jnp.outer(q, v)
+        q = p - (tau / 2) * (jnp.conj(p) @ v) * v
+        w = w - jnp.outer(v, jnp.conj(q)) - jnp.outer(q, jnp.conj(v))
         vs = vs.at[:, column].set(jnp.where(tail, v, 0))
-        return w, vs, e.at[j].set(beta), taus.at[j].set(tau)
+        return w, vs, e.at[j].set(jnp.real(beta)), taus.at[j].set(tau)
 
-    zeros = jnp.zeros((n - 1,), a.dtype)
-    w, vs, e, taus = lax.fori_loop(0, n - 1, step, (full, jnp.zeros_like(a), zeros, zeros))
-    d = jnp.diagonal(w)
+    carry = (full, jnp.zeros_like(a), jnp.zeros((n - 1,), real), jnp.zeros((n - 1,), a.dtype))
+    w, vs, e, taus = lax.fori_loop(0, n - 1, step, carry)
+    d = jnp.real(jnp.diagonal(w))
     r, c = rows[:, None], rows[None, :]
-    off = jnp.zeros_like(a).at[rows[:-1] + 1, rows[:-1]].set(e)
+    off = jnp.zeros_like(a).at[rows[:-1] + 1, rows[:-1]].set(e.astype(a.dtype))
     if lower:
         stored = jnp.where(r > c + 1, vs, jnp.where(r == c + 1, off, 0))
         mine = r >= c

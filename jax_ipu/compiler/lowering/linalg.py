@@ -1,6 +1,7 @@
 """Linear algebra for platform "ipu" as plain HLO: one lowering rule per jax linalg primitive.
 
-An IPU has no LAPACK: each rule is loops of matrix-vector work traced from jax code, no call."""
+An IPU has no LAPACK: each rule is loops of matrix-vector work traced from jax code, no call.
+Real and complex matrices alike (complex64 runs as pairs of float32)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jax import lax
 
 from jax_ipu import _internals as jx
 from jax_ipu.compiler.lowering import householder
-from jax_ipu.compiler.lowering.tracing import Rule, over_batch, real_only
+from jax_ipu.compiler.lowering.tracing import Rule, over_batch
 
 _MAX_JACOBI_SWEEPS = 20
 
@@ -24,30 +25,31 @@ _GENERIC = (jx.lu_p, jx.lu_pivots_to_permutation_p, jx.qr_p, jx.ormqr_p, jx.svd_
             jx.tridiagonal_solve_p, jx.cholesky_update_p, jx.symmetric_product_p)
 
 _EIG_REFUSED = (
-    "eig on ipu: the eigenvalues and eigenvectors of a general matrix are complex, and the IPU "
-    "holds no complex numbers, so jax-ipu refuses eig. For a symmetric matrix use "
-    "jnp.linalg.eigh (real results); otherwise run eig on the cpu device "
+    "eig on ipu: jax computes a general matrix's eigenvalues and eigenvectors only with LAPACK "
+    "(cpu) or cuSOLVER and MAGMA (gpu), and jax-ipu has no HLO decomposition of the "
+    "nonsymmetric eigenproblem, so it refuses eig. For a symmetric (or Hermitian) matrix use "
+    "jnp.linalg.eigh; otherwise run eig on the cpu device "
     "(jax.device_put(a, jax.devices('cpu')[0])).")
 _SCHUR_REFUSED = (
-    "schur on ipu: a Schur decomposition's eigenvalues are complex in general (and T and Z are "
-    "complex with output='complex'), which the IPU cannot hold, and jax-ipu has no HLO "
-    "decomposition of the real Schur form, so it refuses schur. For a symmetric matrix "
-    "jnp.linalg.eigh gives the same factorization in real numbers; otherwise run schur on the "
-    "cpu device (jax.device_put(a, jax.devices('cpu')[0])).")
+    "schur on ipu: jax computes a Schur decomposition only with LAPACK, and jax-ipu has no HLO "
+    "decomposition of it, so it refuses schur. For a symmetric (or Hermitian) matrix "
+    "jnp.linalg.eigh gives the same factorization; otherwise run schur on the cpu device "
+    "(jax.device_put(a, jax.devices('cpu')[0])).")
 
 
 def _cholesky(a: Any) -> Any:
-    """Lower Cholesky factor of one matrix by outer products (reads the lower triangle); all NaN
-    when the matrix is not positive definite, as LAPACK's result is in JAX."""
+    """Lower Cholesky factor of one matrix by outer products (reads the lower triangle; the
+    diagonal's imaginary part, if any, is ignored, as LAPACK's is); all NaN when the matrix is
+    not positive definite, as LAPACK's result is in JAX."""
     n = a.shape[-1]
     if n == 0:  # fori_loop traces its body even for no steps, and w[j, j] has no element
         return a
     rows = jnp.arange(n)
 
     def step(j: Any, w: Any) -> Any:
-        d = jnp.sqrt(w[j, j])
+        d = jnp.sqrt(jnp.real(w[j, j])).astype(w.dtype)
         col = jnp.where(rows > j, w[:, j] / d, 0)
-        w = w - jnp.outer(col, col)
+        w = w - jnp.outer(col, jnp.conj(col))
         return w.at[:, j].set(jnp.where(rows == j, d, col))
 
     low = jnp.tril(lax.fori_loop(0, n, step, a))
@@ -95,11 +97,17 @@ def _round_robin(m: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
                  subset_by_index: tuple[int, int] | None) -> tuple[Any, Any]:
-    """Eigenvectors and eigenvalues of one real symmetric matrix (from its `lower` or upper
-    triangle) by parallel cyclic Jacobi rotations, sweeping until the off-diagonal part is
-    below rounding."""
+    """Eigenvectors and eigenvalues of one real symmetric or complex Hermitian matrix (from its
+    `lower` or upper triangle) by parallel cyclic Jacobi rotations, sweeping until the
+    off-diagonal part is below rounding. A complex pair is first turned real by a phase on
+    its second row and column (a_pq = |a_pq| e^{i phi}), then rotated as a real one."""
     n = a.shape[0]
-    a = jnp.tril(a) + jnp.tril(a, -1).T if lower else jnp.triu(a) + jnp.triu(a, 1).T
+    hermitian = jnp.iscomplexobj(a)
+    # the diagonal's imaginary part is ignored, as LAPACK's heevd ignores it
+    diagonal = jnp.diag(jnp.real(jnp.diagonal(a))).astype(a.dtype)
+    a = jnp.tril(a, -1) + jnp.tril(a, -1).conj().T if lower else \
+        jnp.triu(a, 1) + jnp.triu(a, 1).conj().T
+    a = a + diagonal
     # An odd size gets one zero row and column: rotations never mix it with the rest.
     m = n + n % 2
     a = jnp.pad(a, ((0, m - n), (0, m - n)))
@@ -110,7 +118,13 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
     def rotate(r: Any, carry: tuple[Any, Any]) -> tuple[Any, Any]:
         w, v = carry
         p, q = tops[r], bots[r]
-        app, aqq, apq = w[p, p], w[q, q], w[p, q]
+        app, aqq, apq = jnp.real(w[p, p]), jnp.real(w[q, q]), w[p, q]
+        if hermitian:
+            size = jnp.abs(apq)
+            phase = jnp.where(size == 0, 1, apq / jnp.where(size == 0, 1, size)).astype(w.dtype)
+            w = w.at[q].multiply(phase[:, None]).at[:, q].multiply(jnp.conj(phase))
+            v = v.at[:, q].multiply(jnp.conj(phase))
+            apq = size
         skip = apq == 0
         tau = (aqq - app) / (2 * jnp.where(skip, 1, apq))
         t = jnp.where(tau >= 0, 1, -1) / (jnp.abs(tau) + jnp.sqrt(1 + tau * tau))
@@ -138,7 +152,7 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
         return w, v, sweeps + 1
 
     w, v, _ = lax.while_loop(unfinished, sweep, (a, jnp.eye(m, dtype=a.dtype), 0))
-    values, vectors = jnp.diag(w)[:n], v[:n, :n]
+    values, vectors = jnp.real(jnp.diag(w))[:n], v[:n, :n]
     if sort_eigenvalues or subset_by_index is not None:
         order = jnp.argsort(values)
         values, vectors = values[order], vectors[:, order]
@@ -148,13 +162,12 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
     return vectors, values
 
 
-def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool) -> Rule:
+def _per_matrix(fn: Callable[..., Any], *, multiple_results: bool) -> Rule:
     """A rule applying `fn` (of one matrix, with the primitive's parameters) to each matrix of
-    the leading batch dimensions; complex operands are refused by name."""
+    the leading batch dimensions."""
 
     def rule(ctx: Any, *args: Any, **params: Any) -> Any:
         aval = ctx.avals_in[0]
-        real_only(name, aval.dtype)
         # Parameters are bound before vmap, which would otherwise map them like operands.
         one = functools.partial(fn, **params)
         batched = over_batch(one, aval.ndim - 2)
@@ -166,12 +179,11 @@ def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool) ->
 def _eigh(ctx: Any, a: Any, *, lower: bool, sort_eigenvalues: bool,
           subset_by_index: tuple[int, int] | None, algorithm: Any) -> Any:
     aval, = ctx.avals_in
-    real_only("eigh", aval.dtype)
     if algorithm == jx.EighImplementation.QR:
         raise NotImplementedError("eigh with the QR algorithm is LAPACK's; on ipu use the "
                                   "default (QDWH) or JACOBI")
     if algorithm == jx.EighImplementation.JACOBI or aval.shape[-1] == 0:
-        return _per_matrix("eigh", _jacobi_eigh, multiple_results=True)(
+        return _per_matrix(_jacobi_eigh, multiple_results=True)(
             ctx, a, lower=lower, sort_eigenvalues=sort_eigenvalues,
             subset_by_index=subset_by_index)
     # QDWH spectral divide and conquer (TPU's), which ends in JACOBI-sized blocks.
@@ -189,17 +201,13 @@ def _refused(message: str) -> Rule:
 def rules() -> dict[Any, Rule]:
     """Every linalg primitive's ipu rule (each to be traced with tracing.decomposition)."""
     return {
-        jx.cholesky_p: _per_matrix("cholesky", _cholesky, multiple_results=False),
-        jx.triangular_solve_p: _per_matrix("triangular_solve", _triangular_solve,
-                                           multiple_results=False),
-        jx.geqrf_p: _per_matrix("qr", householder.geqrf, multiple_results=True),
-        jx.householder_product_p: _per_matrix("householder_product",
-                                              householder.householder_product,
+        jx.cholesky_p: _per_matrix(_cholesky, multiple_results=False),
+        jx.triangular_solve_p: _per_matrix(_triangular_solve, multiple_results=False),
+        jx.geqrf_p: _per_matrix(householder.geqrf, multiple_results=True),
+        jx.householder_product_p: _per_matrix(householder.householder_product,
                                               multiple_results=False),
-        jx.hessenberg_p: _per_matrix("hessenberg", householder.hessenberg,
-                                     multiple_results=True),
-        jx.tridiagonal_p: _per_matrix("tridiagonal", householder.tridiagonal,
-                                      multiple_results=True),
+        jx.hessenberg_p: _per_matrix(householder.hessenberg, multiple_results=True),
+        jx.tridiagonal_p: _per_matrix(householder.tridiagonal, multiple_results=True),
         jx.eigh_p: _eigh,
         jx.eig_p: _refused(_EIG_REFUSED),
         jx.schur_p: _refused(_SCHUR_REFUSED),

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 
 Rule = Callable[..., Any]
 
@@ -50,11 +49,3 @@ def over_batch(fn: Callable[..., Any], batch_rank: int) -> Callable[..., Any]:
     for _ in range(batch_rank):
         fn = jax.vmap(fn)
     return fn
-
-
-def real_only(name: str, dtype: Any) -> None:
-    """Refuse a complex `dtype` for `name`, with the way out."""
-    if np.issubdtype(dtype, np.complexfloating):
-        raise NotImplementedError(
-            f"{name} of {np.dtype(dtype).name} on ipu: the IPU has no complex arithmetic; keep "
-            "real and imaginary parts as float32 arrays")
