@@ -88,7 +88,7 @@ SOURCES: dict[str, str] = {
            "an IPU-M2000): https://docs.graphcore.ai/projects/command-line-tools/",
     "L-2": "graphcore/poplibs, multi-IPU test model constants (128 Gibit/s per IPU-Link at "
            "0.85 efficiency, 15 ns per sync hop)",
-    "G-10": "graphcore/poplibs, lib/poprand/poprandCycleEstimators.cpp (UniformSupervisor, "
+    "G-11": "graphcore/poplibs, lib/poprand/poprandCycleEstimators.cpp (UniformSupervisor, "
             "NormalSupervisor: supervisor call, set-up per worker, cycles per 64-bit vector): "
             "https://github.com/graphcore/poplibs",
     "C-7": "graphcore-research/tessellate-ipu, tessellate_ipu/core/"
@@ -330,13 +330,13 @@ FILL_CYCLES_PER_REGION = 21  # [P] G-5
 # Reading the tile cycle counters (TessellateIPU's ipu_cycle_count): two successive counts are
 # this far apart on a Mk2 (C-7, measured by its authors).
 CYCLE_COUNT_READ_CYCLES = 45  # [S] C-7
-# poprand's random vertices (G-10): a supervisor call, each worker's set-up (fp32 22, fp16 24),
+# poprand's random vertices (G-11): a supervisor call, each worker's set-up (fp32 22, fp16 24),
 # then per 64-bit vector of results 4 cycles (generate, convert, scale); uniform integers take
 # 6 a pair (a modulo each) and 2 for an odd last one. int32 set-up as fp32.
-RANDOM_SUPERVISOR_CYCLES = 4  # [P] G-10
-RANDOM_WORKER_SETUP_CYCLES = {"float32": 22, "float16": 24, "int32": 22}  # [P] G-10
-RANDOM_CYCLES_PER_VECTOR = 4  # [P] G-10
-RANDOM_INT_CYCLES_PER_PAIR = 6  # [P] G-10
+RANDOM_SUPERVISOR_CYCLES = 4  # [P] G-11
+RANDOM_WORKER_SETUP_CYCLES = {"float32": 22, "float16": 24, "int32": 22}  # [P] G-11
+RANDOM_CYCLES_PER_VECTOR = 4  # [P] G-11
+RANDOM_INT_CYCLES_PER_PAIR = 6  # [P] G-11
 # Poplar's runtime vertices that read and write a tile's hardware seeds: (base, per worker),
 # as TessellateIPU estimates them (C-7).
 HW_SEEDS_GET_CYCLES = (14, 7)  # [S] C-7
