@@ -1,6 +1,10 @@
 """Linear algebra for platform "ipu" as plain HLO: one lowering rule per jax linalg primitive.
 
-An IPU has no LAPACK: each rule is loops of matrix-vector work traced from jax code, no call."""
+An IPU has no LAPACK: each rule is loops of matrix-vector work traced from jax code, no call.
+The routines Graphcore's XLA backend hands to a library (Cholesky and triangular solves to
+PopLibs' poplin, QR to XLA's blocked expander) are marked as composites named after the routine:
+XLA:CPU runs their decomposition for the numbers, the model costs the routine
+(jax_ipu/model/linalg.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from jax import lax
 from jax_ipu import _internals as jx
 from jax_ipu.compiler.lowering import householder
 from jax_ipu.compiler.lowering.tracing import Rule, over_batch, real_only
+from jax_ipu.compiler.program import LIBRARY_COMPOSITE_PREFIX
 
 _MAX_JACOBI_SWEEPS = 20
 
@@ -148,9 +153,13 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
     return vectors, values
 
 
-def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool) -> Rule:
+def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool,
+                routine: str = "") -> Rule:
     """A rule applying `fn` (of one matrix, with the primitive's parameters) to each matrix of
-    the leading batch dimensions; complex operands are refused by name."""
+    the leading batch dimensions; complex operands are refused by name. With a `routine`, the
+    whole computation is one composite of that name (LIBRARY_COMPOSITE_PREFIX + routine) whose
+    attributes are the primitive's boolean parameters, so that the model reads it as the
+    library's routine; its decomposition is the same computation, so the numbers are too."""
 
     def rule(ctx: Any, *args: Any, **params: Any) -> Any:
         aval = ctx.avals_in[0]
@@ -158,6 +167,12 @@ def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool) ->
         # Parameters are bound before vmap, which would otherwise map them like operands.
         one = functools.partial(fn, **params)
         batched = over_batch(one, aval.ndim - 2)
+        if routine:
+            flags = {k: v for k, v in params.items() if isinstance(v, bool)}
+            marked = lax.composite(lambda *xs, **_: batched(*xs),
+                                   name=LIBRARY_COMPOSITE_PREFIX + routine)
+            return jx.lower_fun(functools.partial(marked, **flags),
+                                multiple_results=multiple_results)(ctx, *args)
         return jx.lower_fun(batched, multiple_results=multiple_results)(ctx, *args)
 
     return rule
@@ -189,13 +204,15 @@ def _refused(message: str) -> Rule:
 def rules() -> dict[Any, Rule]:
     """Every linalg primitive's ipu rule (each to be traced with tracing.decomposition)."""
     return {
-        jx.cholesky_p: _per_matrix("cholesky", _cholesky, multiple_results=False),
+        jx.cholesky_p: _per_matrix("cholesky", _cholesky, multiple_results=False,
+                                   routine="cholesky"),
         jx.triangular_solve_p: _per_matrix("triangular_solve", _triangular_solve,
-                                           multiple_results=False),
-        jx.geqrf_p: _per_matrix("qr", householder.geqrf, multiple_results=True),
+                                           multiple_results=False, routine="triangular_solve"),
+        jx.geqrf_p: _per_matrix("qr", householder.geqrf, multiple_results=True, routine="qr"),
         jx.householder_product_p: _per_matrix("householder_product",
                                               householder.householder_product,
-                                              multiple_results=False),
+                                              multiple_results=False,
+                                              routine="householder_product"),
         jx.hessenberg_p: _per_matrix("hessenberg", householder.hessenberg,
                                      multiple_results=True),
         jx.tridiagonal_p: _per_matrix("tridiagonal", householder.tridiagonal,
