@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_ipu.model.casts import cast_alu_cycles
 from jax_ipu.model.collectives import plan_collective
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import (
@@ -164,6 +165,16 @@ def alu_cycles(kind: str) -> int:
     return SIMPLE_CYCLES_PER_VECTOR
 
 
+def _alu(op: Op, width: int) -> float:
+    """Cycles an op of an expression spends on a vector of `width` results: a cast to or from
+    an 8-bit float what popops' Cast vertex spends (model/casts.py), others their ALU step."""
+    if op.kind == "convert" and op.operands and op.results:
+        cast = cast_alu_cycles(op.operands[0].dtype, op.results[0].dtype, width)
+        if cast is not None:
+            return cast
+    return alu_cycles(op.kind)
+
+
 def _accesses(width: int, t: TensorType, target: Target) -> int:
     """Loads or stores of one vector of `width` elements of t (one access moves 64 bits)."""
     return max(1, math.ceil(width * t.itemsize / target.local_bytes_per_tile_cycle))
@@ -246,8 +257,7 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(alu_cycles(o.kind) for o in chain
-              if op_class(o) not in ("broadcast", "free"))
+    alu = sum(_alu(o, width) for o in chain if op_class(o) not in ("broadcast", "free"))
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
     placement, per_tile, tiles, received = _operand_tiles(out, streams, target, layouts)
