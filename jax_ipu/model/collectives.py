@@ -282,6 +282,8 @@ def concurrent_permutes(ops: list[Op]) -> list[list[Op]]:
     """Groups of a block's collective permutes that go over the links in one exchange: each
     reads nothing the others of its group make, directly or through the ops between them (a
     halo swap's two directions). A permute that reads one starts a group of its own."""
+    if sum(1 for op in ops if op.kind == "collective_permute") < 2:
+        return []
     groups: list[list[Op]] = []
     current: list[Op] = []
     made: set[int] = set()  # values made from the current group's results

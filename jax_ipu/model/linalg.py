@@ -410,9 +410,9 @@ def _batch(t: TensorType) -> int:
 
 def _routine(op: Op, target: Target) -> tuple[Steps, str]:
     """The steps of a marked routine and the name the report gives it."""
-    a = op.operands[-2] if op.kind == "linalg_triangular_solve" else op.operands[-1]
-    if op.kind == "linalg_householder_product":
-        a = op.operands[-2]
+    # the matrix is the last operand, or the one before the right-hand sides or the taus
+    two = op.kind in ("linalg_triangular_solve", "linalg_householder_product")
+    a = op.operands[-2] if two else op.operands[-1]
     g, isz = _batch(a), a.itemsize
     m, n = (a.shape[-2], a.shape[-1]) if len(a.shape) >= 2 else (1, 1)
     flags = op.attributes
@@ -443,7 +443,9 @@ def _routine(op: Op, target: Target) -> tuple[Steps, str]:
 
 def routine(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     """A library routine the lowering marked (compiler/lowering/linalg.py), costed as the
-    routine Poplar runs: its steps summed on their busiest tiles."""
+    routine Poplar runs: its steps summed on their busiest tiles. An empty matrix is no work."""
+    if any(t.size == 0 for t in (*op.operands, *op.results)):
+        return OpCost(note="library routine on an empty matrix: nothing to do")
     steps, name = _routine(op, target)
     parts = ", ".join(f"{n} {what}{'' if n == 1 else 's'}"
                       for what, n in sorted(steps.parts.items()))

@@ -148,6 +148,11 @@ AMP_PIPELINE_DEPTH = 4  # [D from P] C-1, G-4
 # turn. The first pass's are in the vertex launch (C-1 measures one pass).
 AMP_PASS_SUPERVISOR_CYCLES = 30  # [P] G-4
 AMP_PASS_WORKER_CYCLES = 42  # [P] G-4
+# poplin reduces a matmul's or convolution's partial sums in two stages from 16 partials an
+# output, in three from 125 (ConvReducePlan.cpp's getNumReduceStages, "chosen based on
+# benchmarking"), each stage an exchange and an add of its groups [P] G-4.
+REDUCE_TWO_STAGES_DEPTH = 16  # [P] G-4
+REDUCE_THREE_STAGES_DEPTH = 125  # [P] G-4
 
 # Local memory: one 64-bit load or store issues per cycle per tile. C-3 [P] fits 1.5 cycles
 # per element of an fp32 scaled add (two loads and a store per 2 elements); M-1 [P] measures
@@ -348,6 +353,9 @@ MULTIUPDATE_PROLOGUE_CYCLES = 38  # [P] G-5: 3 + 29 + 6 for a scaled fp32 update
 # stores: PopLibs' Fill2d estimate, 16 before the loop, 6 after, 1-2 for alignment, less the
 # 3 the 2-D loop shares (G-5). A table split over columns is one piece per row on a tile.
 FILL_CYCLES_PER_REGION = 21  # [P] G-5
+# popops' reduction library adds an intermediate stage while more than this many partials an
+# output remain and they come from many tiles (reductionFactorThresholdToAddMoreStages, G-5).
+REDUCTION_STAGE_DEPTH = 64  # [P] G-5
 # popops' Cast vertices read with two 64-bit load ports and write with one (castWorkerCycles,
 # G-5): a cast's vector is what two loads of its source and one store of its result hold.
 CAST_LOAD_PORTS = 2  # [P] G-5
