@@ -187,8 +187,9 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
 def _share_links(ops: list[Op], rows: list[OpRow], target: Target) -> None:
     """Independent collective permutes of a block go over the links in one exchange (the two
     directions of a halo swap): the first row is charged the group's exchange, the others none."""
-    by_op = {id(r.op): r for r in rows}
-    for group in collectives.concurrent_permutes(ops):
+    groups = collectives.concurrent_permutes(ops)
+    by_op = {id(r.op): r for r in rows} if groups else {}
+    for group in groups:
         members = [by_op[id(op)] for op in group if id(op) in by_op]
         if len(members) < 2:
             continue

@@ -164,9 +164,16 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
     if pk > 1:
         # reduce-scatter of the float32 partials across the pk tiles sharing an output block,
         # in poplin's stages: each gathers the partials of its groups and adds them
-        reduce = reduce_partials(acc, pk, target)
-        compute, exchange = compute + reduce[0], exchange + reduce[1]
-        syncs += reduce[2]
+        if pk < REDUCE_TWO_STAGES_DEPTH:  # one stage (most candidates: kept inline)
+            moved = acc * (pk - 1) / pk
+            exchange += target.exchange_setup_cycles + math.ceil(moved / xbw)
+            compute += target.vertex_cycles + \
+                math.ceil(moved / target.local_bytes_per_tile_cycle)
+            syncs += 2
+        else:
+            reduce = reduce_partials(acc, pk, target)
+            compute, exchange = compute + reduce[0], exchange + reduce[1]
+            syncs += reduce[2]
     # A tile receives each block from the tiles holding its pieces (the pn or pm sharing it,
     # no more than its 128 B pieces), one instruction each, and multicasts its own piece
     # with one; the partial sums' reduce-scatter sends and receives a piece per tile of its
@@ -203,14 +210,20 @@ def reduce_stage_depths(depth: int) -> tuple[int, ...]:
     return plan(depth, stages)[0]
 
 
+@functools.lru_cache(maxsize=256)
+def _stages(depth: int) -> tuple[tuple[int, int], ...]:
+    """(partials before, after) of each stage of reducing `depth` partials an output."""
+    depths = (depth, *reduce_stage_depths(depth), 1)
+    return tuple(zip(depths, depths[1:], strict=False))
+
+
 def reduce_partials(acc: int, depth: int, target: Target) -> tuple[int, int, int]:
     """(compute, exchange, syncs) of reducing `depth` tiles' float32 partials of `acc` bytes
     each: per stage of poplin's plan (reduce_stage_depths), a tile receives the partials its
     groups lack and adds them."""
     compute = exchange = syncs = 0
-    depths = [depth, *reduce_stage_depths(depth), 1]
-    for before, after in zip(depths, depths[1:], strict=False):
-        moved = acc * (1 - after / before)
+    for before, after in _stages(depth):
+        moved = acc * (before - after) / before
         exchange += target.exchange_setup_cycles + \
             math.ceil(moved / target.exchange_bytes_per_tile_cycle)
         compute += target.vertex_cycles + math.ceil(moved / target.local_bytes_per_tile_cycle)
