@@ -159,7 +159,8 @@ def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool,
     the leading batch dimensions; complex operands are refused by name. With a `routine`, the
     whole computation is one composite of that name (LIBRARY_COMPOSITE_PREFIX + routine) whose
     attributes are the primitive's boolean parameters, so that the model reads it as the
-    library's routine; its decomposition is the same computation, so the numbers are too."""
+    library's routine; its decomposition is the same computation, so the numbers are too.
+    Lowered for several platforms at once, the computation stays unmarked (an expansion)."""
 
     def rule(ctx: Any, *args: Any, **params: Any) -> Any:
         aval = ctx.avals_in[0]
@@ -167,7 +168,9 @@ def _per_matrix(name: str, fn: Callable[..., Any], *, multiple_results: bool,
         # Parameters are bound before vmap, which would otherwise map them like operands.
         one = functools.partial(fn, **params)
         batched = over_batch(one, aval.ndim - 2)
-        if routine:
+        # A program lowered for several platforms (jax.export's ("cpu", "ipu")) passes its
+        # functions a platform index that a composite's operands leave out: unmarked there.
+        if routine and len(ctx.module_context.platforms) == 1:
             flags = {k: v for k, v in params.items() if isinstance(v, bool)}
             marked = lax.composite(lambda *xs, **_: batched(*xs),
                                    name=LIBRARY_COMPOSITE_PREFIX + routine)
