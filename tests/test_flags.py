@@ -73,7 +73,7 @@ def test_asking_for_hardware_says_there_is_none():
 
 
 @pytest.mark.parametrize("name,bad,allowed", [
-    ("jax_ipu_model_version", "ipu3", "'ipu1', 'ipu2' or 'ipu21'"),
+    ("jax_ipu_model_version", "ipu3", "'ipu1', 'ipu2', 'ipu21' or 'c600'"),
     ("jax_ipu_device_count", "0", "-1 (all)"),
     ("jax_ipu_model_num_tiles", "-5", "0 (full chip)"),
     ("jax_ipu_visible_devices", "0,0", "distinct"),

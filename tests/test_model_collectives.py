@@ -14,9 +14,11 @@ from jax_ipu.model.collectives import (
     all_reduce_bound_seconds,
     all_reduce_plan,
     all_reduce_seconds,
+    hierarchical_plan,
     hop,
     layout,
     plan_collective,
+    ring_plan,
 )
 from jax_ipu.model.ir import Op, Program, Region, TensorType
 from jax_ipu.model.targets import (
@@ -64,9 +66,10 @@ def _row(report, kind="all_reduce"):
     return row
 
 
-@pytest.mark.parametrize("k", [2, 4])
-def test_psum_within_one_m2000_is_a_ring(k):
-    # 1 MiB float32: 2(k-1) steps, each sends 1/k of the data, half to each neighbour.
+def test_psum_within_one_m2000_is_a_ring():
+    # 1 MiB float32 over 4 IPUs: 2(k-1) steps, each sends 1/k of the data, half to each
+    # neighbour.
+    k = 4
     r = _report(_collective("all_reduce", MIB, [list(range(k))]), k)
     row, steps = _row(r), 2 * (k - 1)
     assert row.exchange_cycles == pytest.approx(steps * (LATENCY + MIB / (2 * k) / MACHINE_RATE))
@@ -76,19 +79,43 @@ def test_psum_within_one_m2000_is_a_ring(k):
     assert r.cycles.exchange == row.exchange_cycles and row.compute_cycles > 0
 
 
-@pytest.mark.parametrize("k", [8, 16])
-def test_psum_across_m2000s_is_rings_inside_and_between_machines(k):
-    # reduce-scatter in each M2000 (3 steps), all-reduce of a quarter between the m machines,
-    # all-gather in each M2000 (3 steps).
-    m = k // 4
-    r = _report(_collective("all_reduce", MIB, [list(range(k))]), k)
+def test_psum_of_two_ipus_is_one_exchange_of_everything():
+    # Two IPUs are each other's only neighbour: a ring's two steps would each send half the
+    # data over their one hop; swapping all of it once (recursive doubling) is one latency less.
+    r = _report(_collective("all_reduce", MIB, [[0, 1]]), 2)
     row = _row(r)
+    assert row.exchange_cycles == pytest.approx(LATENCY + MIB / MACHINE_RATE)
+    assert row.link_bytes == MIB
+    assert row.note.startswith("recursive doubling all_reduce over 2 IPUs")
+    ring = ring_plan("all_reduce", MIB, [0, 1], get_target("ipu2"))
+    assert ring.cycles == pytest.approx(2 * (LATENCY + MIB / 2 / MACHINE_RATE))
+
+
+@pytest.mark.parametrize("k", [8, 16])
+def test_psum_across_m2000s_is_rings_inside_and_between_machines_or_one_ring(k):
+    # reduce-scatter in each M2000 (3 steps), all-reduce of a quarter between the m machines,
+    # all-gather in each M2000 (3 steps); or one ring over all k, whichever is faster.
+    m = k // 4
+    group = list(range(k))
     inside = 2 * 3 * (LATENCY + MIB / 8 / MACHINE_RATE)
-    between = 2 * (m - 1) * (LATENCY + (MIB // 4) / (2 * m) / POD_RATE)
-    assert row.exchange_cycles == pytest.approx(inside + between)
-    assert row.link_bytes == 2 * 3 * MIB // 4 + 2 * (m - 1) * (MIB // 4) // m
-    assert row.note.startswith(f"hierarchical ring all_reduce over {k} IPUs")
-    assert "slowest hop pod" in row.note
+    # between two machines all of a step's share crosses the one hop, over both of an IPU's
+    # links to the other machine; around more, half each way, over one link each way
+    if m == 2:
+        between = 2 * (LATENCY + (MIB // 4) / 2 / POD_RATE)
+    else:
+        between = 2 * (m - 1) * (LATENCY + (MIB // 4) / (2 * m) / (POD_RATE / 2))
+    target = get_target("ipu2")
+    rings = hierarchical_plan(MIB, group, target)
+    assert rings.cycles == pytest.approx(inside + between)
+    assert rings.link_bytes == 2 * 3 * MIB // 4 + 2 * (m - 1) * (MIB // 4) // m
+    assert rings.slowest_hop == "pod"
+    # the flat ring: 2(k-1) steps of 1/(2k) each way; its hops between machines have all of
+    # an IPU's links to the other machine (its other neighbour is in its own), as fast as
+    # those inside one
+    flat = 2 * (k - 1) * (LATENCY + MIB / (2 * k) / MACHINE_RATE)
+    assert ring_plan("all_reduce", MIB, group, target).cycles == pytest.approx(flat)
+    row = _row(_report(_collective("all_reduce", MIB, [group]), k))
+    assert row.exchange_cycles == pytest.approx(min(flat, inside + between))
 
 
 def test_small_psum_takes_recursive_doubling():
@@ -114,14 +141,17 @@ def test_crossing_m2000s_costs_more_per_byte():
     assert all_reduce_seconds(n, 16, target) / all_reduce_bound_seconds(n, 16, target) > \
         all_reduce_seconds(n, 4, target) / all_reduce_bound_seconds(n, 4, target)
     assert all_reduce_seconds(n, 16, target) > all_reduce_seconds(n, 4, target)
-    # the same group size, one IPU from each of four M2000s: two IPU-Links to the next
-    # machine, as many as to a neighbour inside one (L-1), so no cheaper
+    # the same group size, one IPU from each of four M2000s: an IPU's two IPU-Links to other
+    # machines go one to the machine on each side, half the two it has to a neighbour inside
+    # one (L-1), so each step takes twice as long on the links
     within = plan_collective(_collective("all_reduce", n, [[0, 1, 2, 3]]), target)
     across = plan_collective(_collective("all_reduce", n, [[0, 4, 8, 12]]), target)
     assert IPU2_POD_LINKS_PER_IPU == IPU2_LINKS_PER_NEIGHBOUR
-    assert across.cycles == pytest.approx(within.cycles) and across.slowest_hop == "pod"
+    assert across.transfer_cycles == pytest.approx(2 * within.transfer_cycles)
+    assert across.latency_cycles == pytest.approx(within.latency_cycles)
+    assert across.slowest_hop == "pod"
     # beyond an IPU-POD64 the gateway carries the ring
-    assert all_reduce_plan(n, list(range(128)), target).slowest_hop == "gateway"
+    assert ring_plan("all_reduce", n, list(range(128)), target).slowest_hop == "gateway"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -245,3 +275,41 @@ def test_lowered_pmap_collectives_reported_with_source_lines():
     assert [o["link_bytes"] for o in doc["ops"] if o["kind"] == "all_reduce"] == \
         [psum.link_bytes]
     assert doc["target"]["num_ipus"] == 4
+
+
+def _permute(pairs, src: int, dst: int, nbytes: int = MIB) -> Op:
+    t = TensorType((nbytes // 4,), "float32")
+    return Op("stablehlo.collective_permute", (t,), (t,), (src,), (dst,),
+              {"source_target_pairs": pairs})
+
+
+def _permutes(ops: list[Op], devices: int = 2):
+    program = Program("jit_halo", (ops[0].operands[0],) * 2, tuple(o.results[0] for o in ops),
+                      ops, (0, 1), tuple(o.result_ids[0] for o in ops), num_replicas=1,
+                      num_partitions=devices)
+    report = analyze(program, get_target("ipu2"))
+    return [o for o in report.ops if o.kind == "collective_permute"], report
+
+
+def test_halo_swap_in_both_directions_costs_one_direction():
+    # Two IPUs of an M2000 swap 1 MiB halos: 0 -> 1 and 1 -> 0 are the two directions of the
+    # same full-duplex IPU-Links, so both go in the time of one: a hop's latency and 1 MiB
+    # over the two links to the neighbour.
+    one_way = LATENCY + MIB / MACHINE_RATE
+    (alone,), _ = _permutes([_permute([[0, 1]], 0, 10)])
+    assert alone.exchange_cycles == pytest.approx(one_way)
+    (first, second), report = _permutes([_permute([[0, 1]], 0, 10), _permute([[1, 0]], 1, 11)])
+    assert first.exchange_cycles == pytest.approx(one_way)
+    assert (second.exchange_cycles, second.sync_cycles) == (0, 0)
+    assert "full-duplex" in first.note and "sent in one exchange" in second.note
+    assert report.cycles.exchange == pytest.approx(one_way)
+
+
+def test_permutes_sharing_a_direction_or_waiting_on_each_other_are_not_overlapped():
+    one_way = LATENCY + MIB / MACHINE_RATE
+    # the same direction twice: the link carries 2 MiB
+    (a, b), _ = _permutes([_permute([[0, 1]], 0, 10), _permute([[0, 1]], 1, 11)])
+    assert a.exchange_cycles + b.exchange_cycles == pytest.approx(LATENCY + 2 * MIB / MACHINE_RATE)
+    # the second sends back what the first received: it must wait for it
+    (a, b), _ = _permutes([_permute([[0, 1]], 0, 10), _permute([[1, 0]], 10, 11)])
+    assert a.exchange_cycles == b.exchange_cycles == pytest.approx(one_way)

@@ -247,7 +247,8 @@ def test_checkpoint_keeps_only_layer_inputs_alive():
     act = 4096 * 512 * 4
     plain, remat = (_judge_text(lambda ws, x, r=r: jax.grad(mlp_loss)(ws, x, r), ws, x,
                                 target=get_target("ipu2")).memory for r in (False, True))
-    assert plain.by_category["temporaries"] >= 16 * act
+    # two residuals a layer, less the one the peak step's weight-gradient matmul last reads
+    assert plain.by_category["temporaries"] >= 15 * act
     assert remat.by_category["temporaries"] <= (8 + 1.5) * act
     assert remat.peak_bytes < plain.peak_bytes - 6 * act
 

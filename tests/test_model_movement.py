@@ -237,10 +237,12 @@ def test_scatter_add_plan_hand_computed():
     incoming = 128 * 15 / 16  # the other 15 groups' partials, reduce-scattered
     reduce = 2 * V + (128 + 3 * incoming) / 8
     assert plan.compute_cycles == update + reduce == 364 + 441
-    # the result (the whole 128 B table, on one tile when laid out linearly) gathers there
+    # the sums then move to the table's tile (popops reduces spread over the groups' tiles:
+    # 128 B and a sync, against 15 x 128 B received where the table lives), and the result
+    # (the whole 128 B table, on one tile when laid out linearly) gathers there
     assert plan.exchange_cycles == (SETUP + 16 // XBW) + (SETUP + incoming / XBW) + \
-        (SETUP + 128 // XBW)
-    assert plan.syncs == 6
+        (SETUP + 128 // XBW) + (SETUP + 128 // XBW)
+    assert plan.syncs == 7
 
 
 def test_scatter_into_zeros_writes_the_table_first_piece_by_piece():

@@ -57,6 +57,9 @@ _CALLEE_ATTR = {"func.call": "callee", "stablehlo.composite": "decomposition"}
 # Composites of tile-level programs (jax_ipu.tile) are kept as one op each: their attributes say
 # which tiles hold and run what, and the model costs that placement (never the decomposition).
 TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
+# Composites of library routines (lowering/linalg.py: Cholesky, triangular solve, QR) are kept
+# as one op each too: the model costs the routine Poplar would call (never the decomposition).
+LIBRARY_COMPOSITE_PREFIX = "jax_ipu.linalg_"
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 
@@ -279,7 +282,7 @@ class _Reader:
             op = mop.operation
             if op.name in ("func.return", "stablehlo.return"):
                 returned = tuple(self.lookup(env, v) for v in op.operands)
-            elif op.name == "stablehlo.composite" and _tile_composite(op):
+            elif op.name == "stablehlo.composite" and _kept_composite(op):
                 ops.append(self.tile_op(op, env, outer))
             elif op.name in _CALLEE_ATTR and self.inline_call(op, env, ops, outer):
                 continue
@@ -424,8 +427,9 @@ class _Reader:
         return self.constants.get(others[0])
 
 
-def _tile_composite(op: ir.Operation) -> bool:
-    return ir.StringAttr(op.attributes["name"]).value.startswith(TILE_COMPOSITE_PREFIX)
+def _kept_composite(op: ir.Operation) -> bool:
+    return ir.StringAttr(op.attributes["name"]).value.startswith(
+        (TILE_COMPOSITE_PREFIX, LIBRARY_COMPOSITE_PREFIX))
 
 
 def parse(code: bytes | str, ctx: ir.Context | None = None) -> ir.Module:

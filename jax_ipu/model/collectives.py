@@ -103,18 +103,32 @@ def _slowest(hops: list[Hop]) -> Hop:
     return min(hops, key=lambda h: (h.bytes_per_cycle, -h.latency_cycles))
 
 
+def ring_hop(a: int, b: int, ring: list[int], target: Target) -> Hop:
+    """The hop from a to its ring neighbour b: an IPU's links to other machines are shared
+    between its neighbours there (an IPU whose both ring neighbours are in other machines
+    has half of them to each)."""
+    h = hop(a, b, target)
+    if h.kind != "pod" or len(ring) < 3:
+        return h
+    i = ring.index(a)
+    neighbours = {ring[i - 1], ring[(i + 1) % len(ring)]}
+    away = sum(1 for n in neighbours if hop(a, n, target).kind == "pod")
+    return Hop(h.kind, h.bytes_per_cycle / max(1, away), h.latency_cycles)
+
+
 def _ring_hops(ring: list[int], target: Target) -> list[Hop]:
-    return [hop(a, b, target) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)]
+    return [ring_hop(a, b, ring, target) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)]
 
 
 def ring_plan(kind: str, nbytes: int, ring: list[int], target: Target) -> CollectivePlan:
-    """A bidirectional ring: each step every IPU sends nbytes/k, half to each neighbour.
+    """A bidirectional ring: each step every IPU sends nbytes/k, half to each neighbour (two
+    IPUs are each other's only neighbour: all of it crosses their one hop).
 
     All IPUs step together, so a step lasts as long as its slowest hop."""
     k = len(ring)
     steps = RING_STEPS[kind](k)
     slow = _slowest(_ring_hops(ring, target))
-    per_direction = nbytes / (2 * k)
+    per_direction = nbytes / (2 * k) if k > 2 else nbytes / k
     combining = kind in ("all_reduce", "reduce_scatter")
     return CollectivePlan(
         kind, "ring", k, 1, steps, link_bytes=math.ceil(steps * nbytes / k),
@@ -186,7 +200,7 @@ def routed_plan(kind: str, flows: list[tuple[int, int, float]], ring: list[int],
         route, i = [], place[src]
         while ring[i] != dst:
             j = (i + step) % k
-            route.append(hop(ring[i], ring[j], target))
+            route.append(ring_hop(ring[i], ring[j], ring, target))
             load[(i, j)] += nbytes
             sent[ring[i]] += nbytes
             i = j
@@ -194,9 +208,9 @@ def routed_plan(kind: str, flows: list[tuple[int, int, float]], ring: list[int],
             longest = route
     if not load:
         return CollectivePlan(kind, "none", k, 1, 0, 0, 0.0, 0.0)
-    transfer = max(b / hop(ring[i], ring[j], target).bytes_per_cycle
+    transfer = max(b / ring_hop(ring[i], ring[j], ring, target).bytes_per_cycle
                    for (i, j), b in load.items())
-    slow = _slowest([hop(ring[i], ring[j], target) for i, j in load])
+    slow = _slowest([ring_hop(ring[i], ring[j], ring, target) for i, j in load])
     return CollectivePlan(
         kind, "routed", k, 1, 1, link_bytes=math.ceil(max(sent.values())),
         latency_cycles=sum(h.latency_cycles for h in longest), transfer_cycles=transfer,
@@ -249,14 +263,49 @@ def _group_plan(op: Op, group: list[int], target: Target) -> CollectivePlan:
     return routed_plan(kind, [(a, b, share) for a in group for b in group], group, target)
 
 
+def _flows(op: Op) -> list[tuple[int, int, float]]:
+    """(source, destination, bytes) of each pair a collective permute sends."""
+    nbytes = sum(t.nbytes for t in op.operands)
+    return [(int(s), int(d), nbytes) for s, d in op.attributes.get("source_target_pairs") or []]
+
+
+def permute_plan(ops: list[Op], target: Target) -> CollectivePlan:
+    """Collective permutes sent in one exchange: their flows routed together, so that flows in
+    opposite directions of a link (IPU-Links are full-duplex) take no longer than one."""
+    flows = [f for op in ops for f in _flows(op)]
+    ids = {i for s, d, _ in flows for i in (s, d)}
+    ring = list(range(max([target.num_ipus, *[i + 1 for i in ids]])))
+    return routed_plan("collective_permute", flows, ring, target)
+
+
+def concurrent_permutes(ops: list[Op]) -> list[list[Op]]:
+    """Groups of a block's collective permutes that go over the links in one exchange: each
+    reads nothing the others of its group make, directly or through the ops between them (a
+    halo swap's two directions). A permute that reads one starts a group of its own."""
+    if sum(1 for op in ops if op.kind == "collective_permute") < 2:
+        return []
+    groups: list[list[Op]] = []
+    current: list[Op] = []
+    made: set[int] = set()  # values made from the current group's results
+    for op in ops:
+        reads = {v for o in op.walk() for v in o.operand_ids} | \
+            {v for r in op.regions for v in r.result_ids}
+        if op.kind == "collective_permute":
+            if current and reads & made:
+                groups.append(current)
+                current, made = [], set()
+            current.append(op)
+            made.update(op.result_ids)
+        elif reads & made:
+            made.update(op.result_ids)
+    groups.append(current)
+    return [g for g in groups if len(g) > 1]
+
+
 def plan_collective(op: Op, target: Target) -> CollectivePlan:
     """The link cost of one collective op; concurrent groups cost as their slowest one."""
     if op.kind == "collective_permute":
-        pairs = [(int(s), int(d)) for s, d in op.attributes.get("source_target_pairs") or []]
-        ids = {i for p in pairs for i in p}
-        ring = list(range(max([target.num_ipus, *[i + 1 for i in ids]])))
-        nbytes = sum(t.nbytes for t in op.operands)
-        return routed_plan(op.kind, [(s, d, nbytes) for s, d in pairs], ring, target)
+        return permute_plan([op], target)
     groups = replica_groups(op, target)
     plans = [_group_plan(op, g, target) for g in groups]
     worst = max(plans, key=lambda p: p.cycles)

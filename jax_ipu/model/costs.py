@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_ipu.model.casts import cast_alu_cycles
 from jax_ipu.model.collectives import plan_collective
 from jax_ipu.model.complex_ops import float_work, parts, real_form
 from jax_ipu.model.ir import Op, TensorType
@@ -167,9 +168,16 @@ def alu_cycles(kind: str) -> int:
 
 def op_alu_cycles(op: Op, width: int) -> float:
     """ALU cycles of one vector of `width` result elements of `op`: an op on complex values
-    takes the float32 work it becomes (model/complex_ops.py)."""
+    takes the float32 work it becomes (model/complex_ops.py), a cast to or from an 8-bit float
+    what popops' Cast vertex spends (model/casts.py), others their ALU step."""
     work = float_work(op, op.kind in _TRANSCENDENTAL)
-    return alu_cycles(op.kind) if work is None else work.cycles(width)
+    if work is not None:
+        return work.cycles(width)
+    if op.kind == "convert" and op.operands and op.results:
+        cast = cast_alu_cycles(op.operands[0].dtype, op.results[0].dtype, width)
+        if cast is not None:
+            return cast
+    return alu_cycles(op.kind)
 
 
 def op_flops(op: Op) -> int:

@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jax_ipu.model import fft, tiles
+from jax_ipu.model import collectives, fft, linalg, tiles
 from jax_ipu.model.costs import (
     FUSABLE,
     IN_PLACE,
@@ -185,7 +185,28 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
         cost = _cost(op, fused, target, layouts)
         _record(layouts, op, cls, cost)
         rows.append(OpRow(op, cls, cost, executions, depth, fused))
+    _share_links(ops, rows, target)
     return rows
+
+
+def _share_links(ops: list[Op], rows: list[OpRow], target: Target) -> None:
+    """Independent collective permutes of a block go over the links in one exchange (the two
+    directions of a halo swap): the first row is charged the group's exchange, the others none."""
+    groups = collectives.concurrent_permutes(ops)
+    by_op = {id(r.op): r for r in rows} if groups else {}
+    for group in groups:
+        members = [by_op[id(op)] for op in group if id(op) in by_op]
+        if len(members) < 2:
+            continue
+        plan = collectives.permute_plan([r.op for r in members], target)
+        first, *others = members
+        first.cost.exchange_cycles = plan.cycles
+        first.cost.note = f"{plan.describe()}; with {len(others)} more permute(s) of the " \
+            "same exchange (IPU-Links are full-duplex)"
+        for row in others:
+            row.cost.exchange_cycles, row.cost.syncs = 0.0, 0
+            row.cost.note = f"{row.cost.note}; sent in one exchange with {first.op.name} " \
+                f"at {first.op.location}"
 
 
 def one_tile_cost(ops: list[Op], target: Target) -> tuple[float, int]:
@@ -209,6 +230,9 @@ RULES.update(tiles.RULES, tile_vertex=functools.partial(tiles.vertex, one_tile=o
 # stablehlo.fft: a planned tiled FFT (model/fft.py).
 OP_CLASSES.update(fft.OP_CLASSES)
 RULES.update(fft.RULES)
+# Library routines the lowering marks (Cholesky, triangular solve, QR): model/linalg.py.
+OP_CLASSES.update(linalg.OP_CLASSES)
+RULES.update(linalg.RULES)
 
 
 def _control(op: Op, target: Target, uses: Counter, executions: int, depth: int,

@@ -20,6 +20,8 @@ from jax_ipu.model.targets import (
     AMP_PASS_SUPERVISOR_CYCLES,
     AMP_PASS_WORKER_CYCLES,
     MIN_BYTES_PER_TILE,
+    REDUCE_THREE_STAGES_DEPTH,
+    REDUCE_TWO_STAGES_DEPTH,
     VECTOR_BYTES,
     Target,
 )
@@ -160,11 +162,18 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
         if received else 0
     syncs = serial * (2 if received else 1)
     if pk > 1:
-        # reduce-scatter of the float32 partials across the pk tiles sharing an output block
-        moved = acc * (pk - 1) / pk
-        exchange += target.exchange_setup_cycles + math.ceil(moved / xbw)
-        compute += target.vertex_cycles + math.ceil(moved / target.local_bytes_per_tile_cycle)
-        syncs += 2
+        # reduce-scatter of the float32 partials across the pk tiles sharing an output block,
+        # in poplin's stages: each gathers the partials of its groups and adds them
+        if pk < REDUCE_TWO_STAGES_DEPTH:  # one stage (most candidates: kept inline)
+            moved = acc * (pk - 1) / pk
+            exchange += target.exchange_setup_cycles + math.ceil(moved / xbw)
+            compute += target.vertex_cycles + \
+                math.ceil(moved / target.local_bytes_per_tile_cycle)
+            syncs += 2
+        else:
+            reduce = reduce_partials(acc, pk, target)
+            compute, exchange = compute + reduce[0], exchange + reduce[1]
+            syncs += reduce[2]
     # A tile receives each block from the tiles holding its pieces (the pn or pm sharing it,
     # no more than its 128 B pieces), one instruction each, and multicasts its own piece
     # with one; the partial sums' reduce-scatter sends and receives a piece per tile of its
@@ -175,6 +184,51 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
         sources += 2 * min(pk - 1, -(-acc // MIN_BYTES_PER_TILE))
     return MatmulPlan(splits_, serial, compute, exchange, syncs, int(received + partials),
                       amp, max(2, int(sources)))
+
+
+@functools.lru_cache(maxsize=256)
+def reduce_stage_depths(depth: int) -> tuple[int, ...]:
+    """The partials left after each intermediate stage of poplin's reduction of `depth`
+    partials an output (G-4, ConvReducePlan.cpp): one stage below 16 partials, two below
+    125, else three; each stage's depth the power of the depth that leaves the fewest
+    messages a tile (rounded down or up, whichever costs less)."""
+    stages = 1 if depth < REDUCE_TWO_STAGES_DEPTH else \
+        2 if depth < REDUCE_THREE_STAGES_DEPTH else 3
+
+    def plan(d: int, n: int) -> tuple[tuple[int, ...], float]:
+        if n == 1:
+            return (), float(d)
+        down = int(d ** ((n - 1) / n))
+        best: tuple[tuple[int, ...], float] | None = None
+        for nxt in (down, down + 1):
+            rest, cost = plan(nxt, n - 1)
+            cost += d / max(1, nxt)
+            if best is None or cost < best[1]:
+                best = ((nxt, *rest), cost)
+        assert best is not None
+        return best
+    return plan(depth, stages)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _stages(depth: int) -> tuple[tuple[int, int], ...]:
+    """(partials before, after) of each stage of reducing `depth` partials an output."""
+    depths = (depth, *reduce_stage_depths(depth), 1)
+    return tuple(zip(depths, depths[1:], strict=False))
+
+
+def reduce_partials(acc: int, depth: int, target: Target) -> tuple[int, int, int]:
+    """(compute, exchange, syncs) of reducing `depth` tiles' float32 partials of `acc` bytes
+    each: per stage of poplin's plan (reduce_stage_depths), a tile receives the partials its
+    groups lack and adds them."""
+    compute = exchange = syncs = 0
+    for before, after in _stages(depth):
+        moved = acc * (before - after) / before
+        exchange += target.exchange_setup_cycles + \
+            math.ceil(moved / target.exchange_bytes_per_tile_cycle)
+        compute += target.vertex_cycles + math.ceil(moved / target.local_bytes_per_tile_cycle)
+        syncs += 2
+    return compute, exchange, syncs
 
 
 def _search(p: Product, placed: tuple[bool, bool], target: Target, amp: bool = True,

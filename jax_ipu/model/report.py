@@ -196,7 +196,7 @@ def format_streaming_out_of_memory(report: ProgramReport) -> str:
     mem, target = report.memory, report.target
     have = (f"each {target.version} IPU has {mem.streaming_memory_limit} bytes of it (its share "
             "of its IPU-Machine's)" if mem.streaming_memory_limit else
-            f"an {target.version} has none (a C2 PCIe card has no Streaming Memory)")
+            f"an {target.version} has none (a PCIe card, C2 or C600, has no Streaming Memory)")
     return "\n".join([
         f"Out of Streaming Memory: program {report.program} holds {mem.streaming_memory_bytes} "
         f"bytes in memory kind pinned_host but {have}.",

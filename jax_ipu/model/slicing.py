@@ -35,6 +35,7 @@ from jax_ipu.model.targets import (
     MULTIUPDATE_CYCLES_PER_OFFSET,
     MULTIUPDATE_CYCLES_PER_SKIPPED_OFFSET,
     MULTIUPDATE_PROLOGUE_CYCLES,
+    REDUCTION_STAGE_DEPTH,
     VECTOR_BYTES,
     Target,
 )
@@ -216,6 +217,46 @@ def plan_gather(t: Table, result_bytes: int, target: Target) -> Choice:
     return choose(plans, target, unbounded=True)
 
 
+def reduction_extra(partials: float, p: int, tiles: int, target: Target) -> Plan:
+    """What popops' reduction of p groups' float32 partials (`partials` bytes a tile, on
+    `tiles` tiles) adds to one balanced exchange and add (G-5, ReductionPlan.cpp): its
+    intermediate stages (reduction_stages), each an exchange of the partials and an add, and
+    the sums' move to the tiles of the table that stores them, unless reducing where the
+    table lives costs less (shouldReduceAtDestination: the table's tiles then receive every
+    group's partials and add them)."""
+    incoming = partials * (p - 1) / p
+    compute = exchange = 0.0
+    syncs = xsteps = csteps = 0
+    spread = _exchange(partials, target) + target.sync_cycles
+    at_table = _exchange((p - 1) * partials, target) - _exchange(incoming, target) + \
+        (p - 1) * partials / target.local_bytes_per_tile_cycle
+    if spread <= at_table:
+        exchange, syncs, xsteps = _exchange(partials, target), 1, 1
+    else:
+        exchange = _exchange((p - 1) * partials, target) - _exchange(incoming, target)
+        compute = (p - 1) * partials / target.local_bytes_per_tile_cycle
+    for _ in range(reduction_stages(p, tiles, target) - 1):
+        compute += target.vertex_cycles + partials / target.local_bytes_per_tile_cycle
+        exchange += _exchange(incoming, target)
+        syncs, xsteps, csteps = syncs + 2, xsteps + 1, csteps + 1
+    return Plan("partials reduced", "", compute, exchange, syncs, tiles, 0, xsteps, csteps)
+
+
+def reduction_stages(depth: int, tiles: int, target: Target) -> int:
+    """Stages popops' reduction library runs to reduce `depth` partials an output held on
+    `tiles` tiles (G-5, ReductionPlan.cpp's calculateNextStep): straight to the output when
+    the sources of an output are fewer than twice the square root of the chip's tiles and
+    the partials cover most of its tiles, or when no more than REDUCTION_STAGE_DEPTH remain
+    an output; else an intermediate stage first, which leaves about the square root of the
+    depth (calculateSplit's pieces)."""
+    stages = 1
+    while depth > REDUCTION_STAGE_DEPTH and not (
+            depth < 2 * math.sqrt(target.num_tiles) and tiles > target.num_tiles * 3 // 4):
+        depth = math.ceil(math.sqrt(depth))
+        stages += 1
+    return stages
+
+
 def _fill(nbytes: int, regions: int, target: Target) -> float:
     """Writing a constant into nbytes of a tile held as `regions` separate pieces: PopLibs'
     Fill2d costs each piece its set-up (G-5), then one 64-bit store a cycle."""
@@ -264,6 +305,10 @@ def plan_scatter(t: Table, combine: bool, fill: bool, target: Target) -> Choice:
                 _estimated_exchange(incoming, target)
             temp += 2 * partials
             syncs, steps, csteps = syncs + 3, steps + 1, csteps + 2
+            more = reduction_extra(partials, p, u * s * p, target)
+            compute, exchange = compute + more.compute_cycles, exchange + more.exchange_cycles
+            syncs, steps = syncs + more.syncs, steps + more.exchange_steps
+            csteps += more.compute_steps
         if fill:
             pieces = 1 if elems == t.row_elems else -(-rows_here // p)
             compute += _fill(stored, pieces, target)

@@ -15,6 +15,7 @@ from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.host import TO_DEVICE, TO_HOST, host_transfer
 from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.targets import (
+    C600_STREAMING_MEMORY_BYTES_PER_MACHINE,
     IPU1_STREAMING_MEMORY_BYTES_PER_MACHINE,
     IPU2_STREAMING_MEMORY_BYTES_PER_MACHINE,
     IPU21_STREAMING_MEMORY_BYTES_PER_MACHINE,
@@ -34,6 +35,7 @@ _STREAMING_BYTES_PER_MACHINE = {
     "ipu1": IPU1_STREAMING_MEMORY_BYTES_PER_MACHINE,
     "ipu2": IPU2_STREAMING_MEMORY_BYTES_PER_MACHINE,
     "ipu21": IPU21_STREAMING_MEMORY_BYTES_PER_MACHINE,
+    "c600": C600_STREAMING_MEMORY_BYTES_PER_MACHINE,
 }
 # The custom call a move between kinds inside a program lowers to, and its attribute.
 MOVE_TARGET = "annotate_device_placement"

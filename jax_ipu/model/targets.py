@@ -47,6 +47,13 @@ SOURCES: dict[str, str] = {
             "copyright Graphcore Ltd 2022): complex tensors as a real and an imaginary FLOAT "
             "tensor; a radix-sized DFT as real matmuls, then radix-2 twiddle-and-butterfly "
             "stages as elementwise ops",
+    "G-12": "graphcore/poplibs, lib/poplin/Cholesky.cpp, TriangularSolve.cpp, codelets/"
+            "Cholesky.cpp and poplinCycleEstimators.cpp (the routines' blocks and their "
+            "vertices' cycle estimates); graphcore/tensorflow, tensorflow/compiler/plugin/"
+            "poplar/driver/poplar_executor.h (the XLA backend's block sizes: 128 for Cholesky "
+            "and triangular solves) and poplar_compiler.cc (QR left to XLA's QrExpander, "
+            "tensorflow/compiler/xla/service/qr_expander.cc, block 128): "
+            "https://github.com/graphcore/poplibs, https://github.com/graphcore/tensorflow",
     "C-1": "graphcore-research/tessellate-ipu, notebook 'IPU Peak Flops.ipynb', saved "
            "outputs (Bow, [N,16]@[16,16] fp16 per tile): "
            "https://github.com/graphcore-research/tessellate-ipu",
@@ -95,6 +102,12 @@ SOURCES: dict[str, str] = {
            "tile_interpreter_hw_primitives.py (ipu_cycle_count_overhead: two successive cycle "
            "counts 45 cycles apart, measured) and tessellate_ipu/lax/tile_random.py (its "
            "estimates of Poplar's hardware-seed vertices)",
+    "G-13": "Graphcore, C600 PCIe card datasheet, 'Overview' (a PCIe Gen4 card with one Mk2 "
+            "IPU with FP8 support; all the card's memory is the IPU's 900 MB of "
+            "In-Processor-Memory): https://docs.graphcore.ai/projects/C600-datasheet/; its "
+            "peak figures, 280 TFLOP/s FP16.16 and 560 TFLOP/s FP8, as the C600 launch "
+            "material states them (e.g. 'Graphcore makes China push with Mk2 AI chip', The "
+            "Register / GFM Review, 2022)",
     "S-1": "Second-hand summaries of Graphcore launch material (peak TFLOP/s, aggregate link "
            "and memory bandwidth), e.g. Jia et al., 'Dissecting the Graphcore IPU "
            "Architecture via Microbenchmarking' (Citadel, 2019): arXiv:1912.03413",
@@ -110,6 +123,10 @@ IPU21_BYTES_PER_TILE = 638_976  # [S] S-1: 624 KiB
 IPU1_CLOCK_HZ = 1.6e9  # [P] M-1
 IPU2_CLOCK_HZ = 1.33e9  # [D from P] C-6's cycles against its microseconds
 IPU21_CLOCK_HZ = 1.85e9  # [P] D-1 (benchmark_util.py's Bow clock)
+# The C600 card's IPU is ipu21's at its own clock: 280 TFLOP/s of FP16.16 [S] G-13 over 1472
+# tiles of 128 FLOP a cycle (C-1's rate) is 1.486 GHz, against Bow's 1.85.
+C600_PEAK_FP16_FLOPS = 280e12  # [S] G-13
+C600_PEAK_FP8_FLOPS = 560e12  # [S] G-13
 WORKER_THREADS_PER_TILE = 6  # [P] G-1, all versions; they issue in turn, one instruction a cycle
 
 # Multiply-unit (AMP) throughput per tile per cycle; peak = tiles x this x clock.
@@ -119,10 +136,16 @@ IPU2_FP16_FLOPS_PER_TILE_CYCLE = 128  # [D] 64 MAC, from 250 TFLOP/s [S] S-1; C-
 IPU2_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] 16 MAC, from 62.5 TFLOP/s [S] S-1
 IPU21_FP16_FLOPS_PER_TILE_CYCLE = 128  # [P] C-1: 64 fp16 MAC per cycle per tile on Bow
 IPU21_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] not published; assumed as ipu2 (same tile design)
+# fp8 (QUARTER) on ipu21's AMP: twice the fp16 rate, as the C600's peaks (560 against 280
+# TFLOP/s, G-13) and PopLibs' AMP vertices (16 units of 8 quarter inputs a cycle against 4
+# half inputs, G-4: "32 QUARTER inputs" in 4 cycles) both say. Chips without fp8 have none.
+IPU21_FP8_FLOPS_PER_TILE_CYCLE = 2 * IPU21_FP16_FLOPS_PER_TILE_CYCLE  # [D from S, P] G-13, G-4
+C600_CLOCK_HZ = C600_PEAK_FP16_FLOPS / (IPU21_TILES * IPU21_FP16_FLOPS_PER_TILE_CYCLE)  # [D] G-13
 # Each AMP unit takes this many input elements a cycle [P, G-4];
 # units per tile = MACs per cycle / this [D]. Products are padded to whole units and inputs.
 AMP_FP16_INPUTS_PER_CYCLE = 4  # [P]
 AMP_FP32_INPUTS_PER_CYCLE = 2  # [P]
+AMP_FP8_INPUTS_PER_CYCLE = 8  # [P] G-4: ConvVertexType.cpp's 8-element quarter loads
 # The units are a pipeline 4 deep: each holds 4 x (its inputs a cycle) weights, 16 fp16 or 8
 # fp32 (PopLibs' weightsPerConvUnit, its pipeline depth times its input load, G-4). C-1's
 # [N,16] @ [16,16] in fp16 fills them and takes 4 cycles a row, plus about 50 cycles beyond a
@@ -137,6 +160,11 @@ AMP_PIPELINE_DEPTH = 4  # [D from P] C-1, G-4
 # turn. The first pass's are in the vertex launch (C-1 measures one pass).
 AMP_PASS_SUPERVISOR_CYCLES = 30  # [P] G-4
 AMP_PASS_WORKER_CYCLES = 42  # [P] G-4
+# poplin reduces a matmul's or convolution's partial sums in two stages from 16 partials an
+# output, in three from 125 (ConvReducePlan.cpp's getNumReduceStages, "chosen based on
+# benchmarking"), each stage an exchange and an add of its groups [P] G-4.
+REDUCE_TWO_STAGES_DEPTH = 16  # [P] G-4
+REDUCE_THREE_STAGES_DEPTH = 125  # [P] G-4
 
 # Local memory: one 64-bit load or store issues per cycle per tile. C-3 [P] fits 1.5 cycles
 # per element of an fp32 scaled add (two loads and a store per 2 elements); M-1 [P] measures
@@ -165,6 +193,10 @@ IPU2_DEVICE_TO_HOST_BYTES_PER_S = 2.93e9  # [P] H-1; H-2's 8.8 MB in 3.1 ms agre
 # are assumed no faster [D].
 IPU21_HOST_TO_DEVICE_BYTES_PER_S = IPU2_HOST_TO_DEVICE_BYTES_PER_S  # [D]
 IPU21_DEVICE_TO_HOST_BYTES_PER_S = IPU2_DEVICE_TO_HOST_BYTES_PER_S  # [D]
+# A C600 sits in the host's own PCIe Gen4 slot (G-13); no transfer rate is published: taken as
+# the M2000's measured rates [D], which the slot's x16 lanes would not limit.
+C600_HOST_TO_DEVICE_BYTES_PER_S = IPU2_HOST_TO_DEVICE_BYTES_PER_S  # [D]
+C600_DEVICE_TO_HOST_BYTES_PER_S = IPU2_DEVICE_TO_HOST_BYTES_PER_S  # [D]
 IPU1_HOST_TO_DEVICE_BYTES_PER_S = IPU2_HOST_TO_DEVICE_BYTES_PER_S  # [D]
 IPU1_DEVICE_TO_HOST_BYTES_PER_S = IPU2_DEVICE_TO_HOST_BYTES_PER_S  # [D]
 # One stream copy of an int32 on Mk2 [P, H-3]: StreamCopyBegin 77-88k cycles and
@@ -223,6 +255,12 @@ IPU1_POD_LINKS_PER_IPU = 1  # [D] assumption: one cable link from each chip to t
 IPU1_LINK_DOMAIN_IPUS = 16  # [S]
 IPU2_LINK_DOMAIN_IPUS = 64  # [P] G-2: IPU-POD64
 IPU21_LINK_DOMAIN_IPUS = 64  # [P] G-2: Bow Pod64
+# A C600 card holds one IPU (G-13): no links inside a "machine"; cards joined by IPU-Link
+# cables are taken to have ipu21's two links to another machine, at its rate, in groups of
+# the 8 cards a server holds [D]: the datasheet's overview gives no link figures.
+C600_IPUS_PER_MACHINE = 1  # [P] G-13
+C600_POD_LINKS_PER_IPU = IPU21_POD_LINKS_PER_IPU  # [D]
+C600_LINK_DOMAIN_IPUS = 8  # [D]
 # GW-Links between PODs: 2 x 100 Gbps per machine [P] (Bow-2000 datasheet; M2000 has 2 GW-Link
 # ports [P]); assumed for ipu1's host network too [D].
 GW_LINKS_PER_MACHINE = 2  # [P] G-2
@@ -242,6 +280,8 @@ GW_LINK_STEP_LATENCY_S = 10e-6  # [D] through the gateways (RoCE over 100 GbE)
 IPU1_STREAMING_MEMORY_BYTES_PER_MACHINE = 0  # [P] no Streaming Memory on C2 cards
 IPU2_STREAMING_MEMORY_BYTES_PER_MACHINE = 448 * 2**30  # [S] IPU-M2000
 IPU21_STREAMING_MEMORY_BYTES_PER_MACHINE = 256 * 2**30  # [P] Bow-2000
+# "All the memory on the card is contained within the IPU" (C600 datasheet, G-13): none.
+C600_STREAMING_MEMORY_BYTES_PER_MACHINE = 0  # [P] G-13
 # Each IPU reaches the gateway over PCIe Gen4 x8 [S] (IPU-M2000 block diagram of Graphcore's
 # BMC user guide, as reproduced second-hand): 16 GT/s x 8 lanes x 128/130 = 15.75 GB/s each
 # way [D]. Graphcore's popxl-addons tutorial [P] puts Streaming Memory "between 3x and 20x
@@ -342,6 +382,36 @@ RANDOM_INT_CYCLES_PER_PAIR = 6  # [P] G-11
 HW_SEEDS_GET_CYCLES = (14, 7)  # [S] C-7
 HW_SEEDS_SET_CYCLES = (14, 10)  # [S] C-7
 
+# popops' reduction library adds an intermediate stage while more than this many partials an
+# output remain and they come from many tiles (reductionFactorThresholdToAddMoreStages, G-5).
+REDUCTION_STAGE_DEPTH = 64  # [P] G-5
+# popops' Cast vertices read with two 64-bit load ports and write with one (castWorkerCycles,
+# G-5): a cast's vector is what two loads of its source and one store of its result hold.
+CAST_LOAD_PORTS = 2  # [P] G-5
+
+# --- Library routines (model/linalg.py) ---------------------------------------------------------
+# Graphcore's XLA backend calls poplin::cholesky and poplin::triangularSolve with blockSize 128
+# (its default, "XLA default block size") and leaves QR to XLA's QrExpander, block 128 [P] G-12.
+CHOLESKY_BLOCK_SIZE = 128  # [P] G-12
+TRIANGULAR_SOLVE_BLOCK_SIZE = 128  # [P] G-12
+QR_BLOCK_SIZE = 128  # [P] G-12
+# PopLibs' estimates of its vertices, in tile cycles [P] G-12 (poplinCycleEstimators.cpp):
+# Cholesky on an n x n block, a n^3 + b n^2 + c n + d (one worker: a dot element costs 6a, a
+# step of the loop 2b);
+POPLIN_CHOLESKY_CYCLES = {"float32": (1.0, 102.0, 101.0, 102.0),
+                          "float16": (0.5, 795 / 4, 191 / 2, 426.0)}  # [P] G-12
+# TriangularSolve, one right-hand side, b n^2 + c n + d, by dtype and lower;
+POPLIN_TRIANGULAR_SOLVE_CYCLES = {
+    ("float32", True): (1.5, 180.0, -126.0), ("float32", False): (27 / 4, 327 / 2, 54.0),
+    ("float16", True): (0.75, 318.0, -150.0),
+    ("float16", False): (135 / 16, 1089 / 4, 12.0)}  # [P] G-12
+# and TriangularSolveMultiWorker (n a multiple of its 4 columns a worker call): supervisor
+# cycles outside its loop and per call, worker cycles outside their loop and per iteration.
+TRIANGULAR_SOLVE_MULTIWORKER_COLUMNS = 4  # [P] G-12
+TRIANGULAR_SOLVE_MULTIWORKER_CYCLES = {
+    ("float32", True): (21, 9, 74, 11), ("float32", False): (42, 6, 99, 10),
+    ("float16", True): (21, 9, 112, 17), ("float16", False): (42, 6, 145, 17)}  # [P] G-12
+
 
 @dataclass(frozen=True)
 class Target:
@@ -353,6 +423,7 @@ class Target:
     clock_hz: float
     fp16_flops_per_tile_cycle: int
     fp32_flops_per_tile_cycle: int
+    fp8_flops_per_tile_cycle: int
     local_bytes_per_tile_cycle: float
     exchange_bytes_per_tile_cycle: float
     sync_cycles: int
@@ -381,15 +452,20 @@ class Target:
         return self.num_tiles * self.bytes_per_tile
 
     def flops_per_tile_cycle(self, dtype: str) -> int:
-        """Multiply-unit throughput for operands of this dtype (fp16 rate for <=16-bit floats)."""
-        if dtype in ("float16", "bfloat16") or dtype.startswith("float8"):
+        """Multiply-unit throughput for operands of this dtype: fp8 at its own rate, other
+        16-bit floats at the fp16 rate."""
+        if dtype.startswith("float8"):
+            return self.fp8_flops_per_tile_cycle
+        if dtype in ("float16", "bfloat16"):
             return self.fp16_flops_per_tile_cycle
         return self.fp32_flops_per_tile_cycle
 
     def amp_shape(self, itemsize: int) -> tuple[int, int]:
         """(units, inputs per cycle) of the multiply units for operands of itemsize bytes:
         a product is padded to whole units (its output channels) and whole inputs."""
-        if itemsize <= 2:
+        if itemsize == 1 and self.fp8_flops_per_tile_cycle > self.fp16_flops_per_tile_cycle:
+            inputs, flops = AMP_FP8_INPUTS_PER_CYCLE, self.fp8_flops_per_tile_cycle
+        elif itemsize <= 2:
             inputs, flops = AMP_FP16_INPUTS_PER_CYCLE, self.fp16_flops_per_tile_cycle
         else:
             inputs, flops = AMP_FP32_INPUTS_PER_CYCLE, self.fp32_flops_per_tile_cycle
@@ -409,6 +485,7 @@ _CHIPS: dict[str, dict] = {
         full_chip_tiles=IPU1_TILES, bytes_per_tile=IPU1_BYTES_PER_TILE, clock_hz=IPU1_CLOCK_HZ,
         fp16_flops_per_tile_cycle=IPU1_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU1_FP32_FLOPS_PER_TILE_CYCLE,
+        fp8_flops_per_tile_cycle=IPU1_FP16_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU1_HOST_TO_DEVICE_BYTES_PER_S,
         device_to_host_bytes_per_s=IPU1_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU1_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
@@ -419,6 +496,7 @@ _CHIPS: dict[str, dict] = {
         full_chip_tiles=IPU2_TILES, bytes_per_tile=IPU2_BYTES_PER_TILE, clock_hz=IPU2_CLOCK_HZ,
         fp16_flops_per_tile_cycle=IPU2_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU2_FP32_FLOPS_PER_TILE_CYCLE,
+        fp8_flops_per_tile_cycle=IPU2_FP16_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU2_HOST_TO_DEVICE_BYTES_PER_S,
         device_to_host_bytes_per_s=IPU2_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU2_LINK_BYTES_PER_S, supported_dtypes=BASE_DTYPES,
@@ -430,6 +508,7 @@ _CHIPS: dict[str, dict] = {
         clock_hz=IPU21_CLOCK_HZ,
         fp16_flops_per_tile_cycle=IPU21_FP16_FLOPS_PER_TILE_CYCLE,
         fp32_flops_per_tile_cycle=IPU21_FP32_FLOPS_PER_TILE_CYCLE,
+        fp8_flops_per_tile_cycle=IPU21_FP8_FLOPS_PER_TILE_CYCLE,
         host_to_device_bytes_per_s=IPU21_HOST_TO_DEVICE_BYTES_PER_S,
         device_to_host_bytes_per_s=IPU21_DEVICE_TO_HOST_BYTES_PER_S,
         ipu_link_bytes_per_s=IPU21_LINK_BYTES_PER_S,
@@ -438,11 +517,25 @@ _CHIPS: dict[str, dict] = {
         machine_links_per_ipu=IPU21_MACHINE_LINKS_PER_IPU,
         links_per_neighbour=IPU21_LINKS_PER_NEIGHBOUR,
         pod_links_per_ipu=IPU21_POD_LINKS_PER_IPU, link_domain_ipus=IPU21_LINK_DOMAIN_IPUS),
+    # The C600 PCIe card: ipu21's IPU at its own clock, one to a card, no Streaming Memory.
+    "c600": dict(
+        full_chip_tiles=IPU21_TILES, bytes_per_tile=IPU21_BYTES_PER_TILE,
+        clock_hz=C600_CLOCK_HZ,
+        fp16_flops_per_tile_cycle=IPU21_FP16_FLOPS_PER_TILE_CYCLE,
+        fp32_flops_per_tile_cycle=IPU21_FP32_FLOPS_PER_TILE_CYCLE,
+        fp8_flops_per_tile_cycle=IPU21_FP8_FLOPS_PER_TILE_CYCLE,
+        host_to_device_bytes_per_s=C600_HOST_TO_DEVICE_BYTES_PER_S,
+        device_to_host_bytes_per_s=C600_DEVICE_TO_HOST_BYTES_PER_S,
+        ipu_link_bytes_per_s=IPU21_LINK_BYTES_PER_S,
+        supported_dtypes=BASE_DTYPES | IPU21_EXTRA_DTYPES,
+        ipus_per_machine=C600_IPUS_PER_MACHINE, machine_links_per_ipu=0,
+        links_per_neighbour=0, pod_links_per_ipu=C600_POD_LINKS_PER_IPU,
+        link_domain_ipus=C600_LINK_DOMAIN_IPUS),
 }
 
 # The versions, their products and full tile counts, as config.py's flags offer them.
 VERSIONS: tuple[str, ...] = tuple(_CHIPS)
-PRODUCTS = {"ipu1": "GC2", "ipu2": "GC200, M2000", "ipu21": "Bow, C600"}  # [P]
+PRODUCTS = {"ipu1": "GC2", "ipu2": "GC200, M2000", "ipu21": "Bow", "c600": "C600 PCIe card"}  # [P]
 FULL_CHIP_TILES = {version: chip["full_chip_tiles"] for version, chip in _CHIPS.items()}
 
 

@@ -1,7 +1,10 @@
 """Linear algebra for platform "ipu" as plain HLO: one lowering rule per jax linalg primitive.
 
 An IPU has no LAPACK: each rule is loops of matrix-vector work traced from jax code, no call.
-Real and complex matrices alike (complex64 runs as pairs of float32)."""
+Real and complex matrices alike (complex64 runs as pairs of float32). The routines Graphcore's
+XLA backend hands to a library (Cholesky and triangular solves to PopLibs' poplin, QR to XLA's
+blocked expander) are marked as composites named after the routine: XLA:CPU runs their
+decomposition for the numbers, the model costs the routine (jax_ipu/model/linalg.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from jax import lax
 from jax_ipu import _internals as jx
 from jax_ipu.compiler.lowering import householder
 from jax_ipu.compiler.lowering.tracing import Rule, over_batch
+from jax_ipu.compiler.program import LIBRARY_COMPOSITE_PREFIX
 
 _MAX_JACOBI_SWEEPS = 20
 
@@ -162,15 +166,28 @@ def _jacobi_eigh(a: Any, *, lower: bool, sort_eigenvalues: bool,
     return vectors, values
 
 
-def _per_matrix(fn: Callable[..., Any], *, multiple_results: bool) -> Rule:
+def _per_matrix(fn: Callable[..., Any], *, multiple_results: bool, routine: str = "") -> Rule:
     """A rule applying `fn` (of one matrix, with the primitive's parameters) to each matrix of
-    the leading batch dimensions."""
+    the leading batch dimensions. With a `routine`, a real computation is one composite of that
+    name (LIBRARY_COMPOSITE_PREFIX + routine) whose attributes are the primitive's boolean
+    parameters, so that the model reads it as the library's routine; its decomposition is the
+    same computation, so the numbers are too. Complex matrices (PopLibs has no complex
+    routines) and programs lowered for several platforms at once stay unmarked (an expansion)."""
 
     def rule(ctx: Any, *args: Any, **params: Any) -> Any:
         aval = ctx.avals_in[0]
         # Parameters are bound before vmap, which would otherwise map them like operands.
         one = functools.partial(fn, **params)
         batched = over_batch(one, aval.ndim - 2)
+        # A program lowered for several platforms (jax.export's ("cpu", "ipu")) passes its
+        # functions a platform index that a composite's operands leave out: unmarked there.
+        real = not np.issubdtype(aval.dtype, np.complexfloating)
+        if routine and real and len(ctx.module_context.platforms) == 1:
+            flags = {k: v for k, v in params.items() if isinstance(v, bool)}
+            marked = lax.composite(lambda *xs, **_: batched(*xs),
+                                   name=LIBRARY_COMPOSITE_PREFIX + routine)
+            return jx.lower_fun(functools.partial(marked, **flags),
+                                multiple_results=multiple_results)(ctx, *args)
         return jx.lower_fun(batched, multiple_results=multiple_results)(ctx, *args)
 
     return rule
@@ -201,11 +218,13 @@ def _refused(message: str) -> Rule:
 def rules() -> dict[Any, Rule]:
     """Every linalg primitive's ipu rule (each to be traced with tracing.decomposition)."""
     return {
-        jx.cholesky_p: _per_matrix(_cholesky, multiple_results=False),
-        jx.triangular_solve_p: _per_matrix(_triangular_solve, multiple_results=False),
-        jx.geqrf_p: _per_matrix(householder.geqrf, multiple_results=True),
+        jx.cholesky_p: _per_matrix(_cholesky, multiple_results=False, routine="cholesky"),
+        jx.triangular_solve_p: _per_matrix(_triangular_solve, multiple_results=False,
+                                           routine="triangular_solve"),
+        jx.geqrf_p: _per_matrix(householder.geqrf, multiple_results=True, routine="qr"),
         jx.householder_product_p: _per_matrix(householder.householder_product,
-                                              multiple_results=False),
+                                              multiple_results=False,
+                                              routine="householder_product"),
         jx.hessenberg_p: _per_matrix(householder.hessenberg, multiple_results=True),
         jx.tridiagonal_p: _per_matrix(householder.tridiagonal, multiple_results=True),
         jx.eigh_p: _eigh,
