@@ -1,6 +1,7 @@
 """Memory per tile: liveness over program order, tile mapping, code, peak, out-of-memory tiles.
 
-Inputs kept on device, constants and code are always live; op results live def..last use."""
+Inputs kept on device, constants and code are always live; op results live def..last use; loop
+state shares one buffer with the loop's operand and result, as XLA's buffer assignment does."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jax_ipu.model import tiles
 from jax_ipu.model.code import code_per_tile
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
-from jax_ipu.model.ir import Op, Program, TensorType
+from jax_ipu.model.ir import Op, Program, Region, TensorType
 from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
 from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
 from jax_ipu.model.streaming import PINNED_HOST, Placement, capacity
@@ -34,6 +35,12 @@ class _Buffer:
     location: str
     always_live: bool = False
     layout: dict[int, int] | None = None  # bytes per tile, when placed (jax_ipu.tile)
+    # A buffer of an enclosing block seen from a region (a loop's state, a shard_map operand):
+    # it takes no bytes here (its owner counts them); `size` is what it can hold in place.
+    external: bool = False
+    size: int = 0
+    # the carried value k whose state buffer this is (while bodies), -1 for none
+    carried: int = -1
 
     def lay_out(self, layout: dict[int, int]) -> None:
         self.layout, self.nbytes = layout, sum(layout.values())
@@ -50,6 +57,7 @@ class _Liveness:
     steps: list[Op]  # the stored (non-fused) ops, one per step
     # per step: matmul workspace, vertex temporaries or loop-body temporaries
     transient: list[Transient]
+    outputs: list[list[int]]  # the buffers holding each of the block's results
 
 
 def _uses_at(op: Op) -> list[int]:
@@ -58,10 +66,17 @@ def _uses_at(op: Op) -> list[int]:
         [v for r in op.regions for v in r.result_ids]
 
 
+def _capacity(b: _Buffer) -> int:
+    """The bytes a result can write over in place: an external buffer's own size."""
+    return b.size if b.external else b.nbytes
+
+
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
-              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
-    """Buffers of one block; args are the block's inputs (None for values owned elsewhere).
+              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int],
+              rate: tuple[int, float] | None = None) -> _Liveness:
+    """Buffers of one block; args are the block's inputs (None for values owned elsewhere;
+    external buffers for a region's arguments, whose bytes its op's operands hold).
 
     Results with known shards (Program.shards) take the bytes of one device's shard; results in
     another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
@@ -96,7 +111,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     transient: list[Transient] = []
     for i in stored:
         op, s = ops[i], step_of[i]
-        transient.append(_transient(op, uses, rows, shards, off_tile))
+        transient.append(_transient(op, uses, rows, shards, off_tile, rate))
         for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
             for b in buf_of.get(op.operand_ids[j], []):
                 if buffers[b].category == "constants":
@@ -120,6 +135,8 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                     b.end = max(b.end, last.get(rid, s))
                     if rid in outputs and b.category == "temporaries":
                         b.category = "outputs"
+                    if op.kind == "while" and not b.external:
+                        b.name = _through_loop(b.name)
                 continue
             buf_of[rid] = [len(buffers)]
             buffers.append(_Buffer(
@@ -128,7 +145,16 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             layout = tiles.result_layout(op, k)
             if layout is not None:
                 buffers[-1].lay_out(layout)
-    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)])
+    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)],
+                     [buf_of.get(v, []) for v in output_ids])
+
+
+def _through_loop(name: str) -> str:
+    """A buffer's name once a loop's state takes it over (the report names the aliasing)."""
+    if name.startswith("argument "):
+        index = name.split()[1]
+        return f"{name}, aliased with parameter {index} through the loop"
+    return name if "through the loop" in name else f"{name}, carried through the loop"
 
 
 def schedule(ops: list[Op], uses: Counter) -> list[Op]:
@@ -171,6 +197,17 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     j = tiles.aliased_operand(op, k)
     if j is not None:
         return sorted(set(buf_of.get(op.operand_ids[j], []))) or None
+    if op.kind == "while":
+        # XLA gives a loop's operand, its body's argument and result and the loop's result one
+        # buffer; it copies the operand first only when the operand is read after the loop, is
+        # a parameter the caller keeps, or a constant (copy insertion).
+        if k >= len(op.operand_ids):
+            return None
+        held = buf_of.get(op.operand_ids[k], [])
+        if len(held) == 1 and last.get(op.operand_ids[k]) == step and \
+                not buffers[held[0]].always_live and buffers[held[0]].nbytes == nbytes:
+            return held
+        return None
     if cls in ALIASING:
         if op.kind == "concatenate" or cls == "view":
             held = [j for v in op.operand_ids for j in buf_of.get(v, [])]
@@ -183,38 +220,89 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     if j is not None:
         v = op.operand_ids[j]
         held = buf_of.get(v, [])
-        if len(held) == 1 and buffers[held[0]].nbytes == nbytes and last.get(v) == step and \
-                not buffers[held[0]].always_live:
+        if len(held) == 1 and _capacity(buffers[held[0]]) == nbytes and last.get(v) == step \
+                and not buffers[held[0]].always_live:
             return held
         return None
     if cls in _IN_PLACE:
         for v in reads:
             held = buf_of.get(v, [])
             if len(held) == 1 and last.get(v) == step and not buffers[held[0]].always_live \
-                    and buffers[held[0]].end <= step and buffers[held[0]].nbytes == nbytes:
+                    and buffers[held[0]].end <= step and _capacity(buffers[held[0]]) == nbytes:
                 return held
     return None
 
 
 def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
-               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> Transient:
+               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int],
+               rate: tuple[int, float] | None = None) -> Transient:
     """What an op needs only while it runs: matmul blocks, vertex temporaries, loop-body
-    temporaries (those placed on named tiles stay on them)."""
+    temporaries (those placed on named tiles stay on them), and the operand elements an
+    elementwise op receives from other tiles (a shifted slice's neighbour data), which live
+    from the exchange to the end of the op's compute set."""
     placed = tiles.workspace_layout(op)
     if placed is not None:
         return 0, 0, placed
     row = rows.get(id(op))
     work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
                        None) if row else (0, 0, None)
+    if row and rate and op_class(op) in _IN_PLACE and row.cost.exchange_cycles:
+        work = (_received_bytes(row, rate) * row.cost.tiles, row.cost.tiles, None)
     for region in op.regions:
-        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards,
-                          off_tile)
+        inner = _liveness(region.ops, uses, rows, region.arg_ids,
+                          _region_args(op, region, shards), region.result_ids, shards,
+                          off_tile, rate)
+        _write_results_in_place(op, inner)
         if _placed(inner):
             return _placed_peak(inner)
         peak = _peak(inner)
         if peak > work[0]:
             work = (peak, 0, None)
     return work
+
+
+def _received_bytes(row: OpRow, rate: tuple[int, float]) -> int:
+    """The bytes the busiest tile of an elementwise op receives, as its exchange phase was
+    costed (costs.exchange_cycles: setup plus bytes at the exchange rate)."""
+    setup, per_cycle = rate
+    return int(max(0.0, row.cost.exchange_cycles - setup) * per_cycle)
+
+
+def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
+                 ) -> list[_Buffer | None]:
+    """External buffers for a region's arguments that its op's operands hold: a while loop's
+    carried state (one buffer with the loop's operand and result) and a shard_map body's
+    operands (one device's shard). Views of them are their memory, not copies; results can
+    write over them in place. Other regions' arguments (reducers' scalars) take none."""
+    if op.kind not in ("while", "manual_computation") or \
+            len(region.arg_ids) != len(op.operands):
+        return []
+    return [_Buffer(f"{op.kind} operand {k}", "external", 0, 0, 0, str(op.location),
+                    external=True, carried=k if op.kind == "while" else -1,
+                    size=t.shard(shards.get(vid)).nbytes)
+            for k, (t, vid) in enumerate(zip(op.operands, op.operand_ids, strict=True))]
+
+
+def _write_results_in_place(op: Op, inner: _Liveness) -> None:
+    """A region's results that XLA writes straight into its op's buffers take no bytes of the
+    region's own: a branch's results are the case's results; a loop body's result k is the
+    loop's state k when computed over it in place, or once nothing reads that state any more
+    (else it is a temporary of the body, copied into the state at the end of the step)."""
+    if op.kind in ("case", "if"):
+        for held in inner.outputs:
+            for j in held:
+                b = inner.buffers[j]
+                if not b.external and not b.always_live and b.category != "constants":
+                    b.nbytes = 0
+    elif op.kind == "while":
+        state = {b.carried: b for b in inner.buffers if b.external and b.carried >= 0}
+        for k, held in enumerate(inner.outputs):
+            if len(held) != 1 or k not in state:
+                continue
+            b = inner.buffers[held[0]]
+            if not b.external and not b.always_live and b.category != "constants" and \
+                    state[k].end < b.start:
+                b.nbytes = 0
 
 
 def _placed(live: _Liveness) -> bool:
@@ -281,7 +369,8 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
                 0, "<argument>", always_live=i not in program.donated_inputs)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
-                     program.shards, off_tile)
+                     program.shards, off_tile,
+                     (target.exchange_setup_cycles, target.exchange_bytes_per_tile_cycle))
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
