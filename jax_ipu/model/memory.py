@@ -73,8 +73,7 @@ def _capacity(b: _Buffer) -> int:
 
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
-              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int],
-              rate: tuple[int, float] | None = None) -> _Liveness:
+              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
     """Buffers of one block; args are the block's inputs (None for values owned elsewhere;
     external buffers for a region's arguments, whose bytes its op's operands hold).
 
@@ -111,7 +110,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     transient: list[Transient] = []
     for i in stored:
         op, s = ops[i], step_of[i]
-        transient.append(_transient(op, uses, rows, shards, off_tile, rate))
+        transient.append(_transient(op, uses, rows, shards, off_tile))
         for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
             for b in buf_of.get(op.operand_ids[j], []):
                 if buffers[b].category == "constants":
@@ -234,24 +233,19 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
 
 
 def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
-               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int],
-               rate: tuple[int, float] | None = None) -> Transient:
+               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> Transient:
     """What an op needs only while it runs: matmul blocks, vertex temporaries, loop-body
-    temporaries (those placed on named tiles stay on them), and the operand elements an
-    elementwise op receives from other tiles (a shifted slice's neighbour data), which live
-    from the exchange to the end of the op's compute set."""
+    temporaries (those placed on named tiles stay on them)."""
     placed = tiles.workspace_layout(op)
     if placed is not None:
         return 0, 0, placed
     row = rows.get(id(op))
     work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
                        None) if row else (0, 0, None)
-    if row and rate and op_class(op) in _IN_PLACE and row.cost.exchange_cycles:
-        work = (_received_bytes(row, rate) * row.cost.tiles, row.cost.tiles, None)
     for region in op.regions:
         inner = _liveness(region.ops, uses, rows, region.arg_ids,
                           _region_args(op, region, shards), region.result_ids, shards,
-                          off_tile, rate)
+                          off_tile)
         _write_results_in_place(op, inner)
         if _placed(inner):
             return _placed_peak(inner)
@@ -259,13 +253,6 @@ def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
         if peak > work[0]:
             work = (peak, 0, None)
     return work
-
-
-def _received_bytes(row: OpRow, rate: tuple[int, float]) -> int:
-    """The bytes the busiest tile of an elementwise op receives, as its exchange phase was
-    costed (costs.exchange_cycles: setup plus bytes at the exchange rate)."""
-    setup, per_cycle = rate
-    return int(max(0.0, row.cost.exchange_cycles - setup) * per_cycle)
 
 
 def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
@@ -369,8 +356,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
                 0, "<argument>", always_live=i not in program.donated_inputs)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
-                     program.shards, off_tile,
-                     (target.exchange_setup_cycles, target.exchange_bytes_per_tile_cycle))
+                     program.shards, off_tile)
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
