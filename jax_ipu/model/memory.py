@@ -41,6 +41,8 @@ class _Buffer:
     size: int = 0
     # the carried value k whose state buffer this is (while bodies), -1 for none
     carried: int = -1
+    parameter: int = -1  # the entry parameter this buffer is, -1 for none
+    through_loop: bool = False  # a loop's state took this buffer over
 
     def lay_out(self, layout: dict[int, int]) -> None:
         self.layout, self.nbytes = layout, sum(layout.values())
@@ -134,8 +136,10 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                     b.end = max(b.end, last.get(rid, s))
                     if rid in outputs and b.category == "temporaries":
                         b.category = "outputs"
-                    if op.kind == "while" and not b.external:
-                        b.name = _through_loop(b.name)
+                    if op.kind == "while" and not b.external and not b.through_loop:
+                        b.through_loop = True
+                        b.name += (f", aliased with parameter {b.parameter} through the loop"
+                                   if b.parameter >= 0 else ", carried through the loop")
                 continue
             buf_of[rid] = [len(buffers)]
             buffers.append(_Buffer(
@@ -146,14 +150,6 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                 buffers[-1].lay_out(layout)
     return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)],
                      [buf_of.get(v, []) for v in output_ids])
-
-
-def _through_loop(name: str) -> str:
-    """A buffer's name once a loop's state takes it over (the report names the aliasing)."""
-    if name.startswith("argument "):
-        index = name.split()[1]
-        return f"{name}, aliased with parameter {index} through the loop"
-    return name if "through the loop" in name else f"{name}, carried through the loop"
 
 
 def schedule(ops: list[Op], uses: Counter) -> list[Op]:
@@ -264,9 +260,12 @@ def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
     if op.kind not in ("while", "manual_computation") or \
             len(region.arg_ids) != len(op.operands):
         return []
+    # A shard_map body's values are one device's; a loop body's have the loop's own shapes
+    # (whole where the program's sharding of them is unknown, as for the body's other values).
+    manual = op.kind == "manual_computation"
     return [_Buffer(f"{op.kind} operand {k}", "external", 0, 0, 0, str(op.location),
-                    external=True, carried=k if op.kind == "while" else -1,
-                    size=t.shard(shards.get(vid)).nbytes)
+                    external=True, carried=-1 if manual else k,
+                    size=(t.shard(shards.get(vid)) if manual else t).nbytes)
             for k, (t, vid) in enumerate(zip(op.operands, op.operand_ids, strict=True))]
 
 
@@ -353,7 +352,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
     args = [
         _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
                 "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
-                0, "<argument>", always_live=i not in program.donated_inputs)
+                0, "<argument>", always_live=i not in program.donated_inputs, parameter=i)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
                      program.shards, off_tile)
@@ -441,7 +440,9 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         other_kinds=dict(placement.held),
         host_argument_bytes=sum(a.nbytes for a in all_inputs) - sum(a.nbytes for a in inputs),
         host_output_bytes=sum(o.nbytes for o in all_outputs) - sum(o.nbytes for o in outputs),
-        streaming_memory_limit=capacity(target, PINNED_HOST))
+        streaming_memory_limit=capacity(target, PINNED_HOST),
+        loop_aliased_parameters=tuple(sorted(b.parameter for b in live.buffers
+                                             if b.through_loop and b.parameter >= 0)))
 
 
 def _on_tile(types: tuple[TensorType, ...], ids: tuple[int, ...], on_tile: dict[int, bool]
