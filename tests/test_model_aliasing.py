@@ -85,6 +85,17 @@ def test_slices_of_loop_state_are_views_not_copies():
     assert shifted - plain == (N - 2) * 4
 
 
+def test_nested_loops_share_the_state():
+    # the inner loop's state is the outer loop's, which is the donated x: one copy
+    def nested(x):
+        return lax.fori_loop(0, 3, lambda i, x: lax.fori_loop(0, 4, lambda j, y: step(y), x), x)
+
+    m = _memory(nested, X, donate_argnums=0)
+    assert _contributors(m)["argument 0 (x), aliased with parameter 0 through the loop"] == \
+        (ON_TILE, GRID)
+    assert m.by_category["workspace"] < 64
+
+
 def test_two_fields_carried_in_place():
     # (x, y) -> (x * 1.1 + 1, y + x): y + x runs first (it is y's last reader), then x's update
     # overwrites x; both donated buffers are the loop's state, no copy (before: six buffers)

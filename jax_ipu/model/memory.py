@@ -200,7 +200,7 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
             return None
         held = buf_of.get(op.operand_ids[k], [])
         if len(held) == 1 and last.get(op.operand_ids[k]) == step and \
-                not buffers[held[0]].always_live and buffers[held[0]].nbytes == nbytes:
+                not buffers[held[0]].always_live and _capacity(buffers[held[0]]) == nbytes:
             return held
         return None
     if cls in ALIASING:
@@ -271,10 +271,11 @@ def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
 
 def _write_results_in_place(op: Op, inner: _Liveness) -> None:
     """A region's results that XLA writes straight into its op's buffers take no bytes of the
-    region's own: a branch's results are the case's results; a loop body's result k is the
-    loop's state k when computed over it in place, or once nothing reads that state any more
-    (else it is a temporary of the body, copied into the state at the end of the step)."""
-    if op.kind in ("case", "if"):
+    region's own: a branch's or a shard_map body's results are its op's results; a loop body's
+    result k is the loop's state k when computed over it in place, or once nothing reads that
+    state any more (else it is a temporary of the body, copied into the state at the end of
+    the step)."""
+    if op.kind in ("case", "if", "manual_computation"):
         for held in inner.outputs:
             for j in held:
                 b = inner.buffers[j]
