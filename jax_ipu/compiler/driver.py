@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from jax_ipu.compiler import numerics
+from jax_ipu.compiler.aliasing import check_loop_aliases, executable_loop_aliases
 from jax_ipu.compiler.judge import judge_partitioned, judge_program
 from jax_ipu.compiler.partitioned import entry_result_types
 from jax_ipu.compiler.program import lent_context, parse, read_program
@@ -56,6 +57,10 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
                                         cpu_device_of)
         del module  # nothing of the context outlives the compile that borrowed it
     built = time.perf_counter()
+    # The model's aliasing through loops, checked against XLA:CPU's own buffer assignment
+    # (read only for programs with loops: it is as large as the program).
+    if any(op.kind == "while" for op in program.walk()):
+        report = check_loop_aliases(report, executable_loop_aliases(cpu_executable))
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's
         hlo = cpu_executable.hlo_modules()[0].as_serialized_hlo_module_proto()

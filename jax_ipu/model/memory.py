@@ -1,6 +1,7 @@
 """Memory per tile: liveness over program order, tile mapping, code, peak, out-of-memory tiles.
 
-Inputs kept on device, constants and code are always live; op results live def..last use."""
+Inputs kept on device, constants and code are always live; op results live def..last use; loop
+state shares one buffer with the loop's operand and result, as XLA's buffer assignment does."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jax_ipu.model import tiles
 from jax_ipu.model.code import code_per_tile
 from jax_ipu.model.costs import ALIASING, IN_PLACE, op_class
 from jax_ipu.model.cycles import OpRow, fusion, use_counts
-from jax_ipu.model.ir import Op, Program, TensorType
+from jax_ipu.model.ir import Op, Program, Region, TensorType
 from jax_ipu.model.mapping import linear_mapping, tiles_used, uniform_share
 from jax_ipu.model.report import Contributor, LivenessPoint, MemoryReport
 from jax_ipu.model.streaming import PINNED_HOST, Placement, capacity
@@ -34,6 +35,14 @@ class _Buffer:
     location: str
     always_live: bool = False
     layout: dict[int, int] | None = None  # bytes per tile, when placed (jax_ipu.tile)
+    # A buffer of an enclosing block seen from a region (a loop's state, a shard_map operand):
+    # it takes no bytes here (its owner counts them); `size` is what it can hold in place.
+    external: bool = False
+    size: int = 0
+    # the carried value k whose state buffer this is (while bodies), -1 for none
+    carried: int = -1
+    parameter: int = -1  # the entry parameter this buffer is, -1 for none
+    through_loop: bool = False  # a loop's state took this buffer over
 
     def lay_out(self, layout: dict[int, int]) -> None:
         self.layout, self.nbytes = layout, sum(layout.values())
@@ -50,6 +59,7 @@ class _Liveness:
     steps: list[Op]  # the stored (non-fused) ops, one per step
     # per step: matmul workspace, vertex temporaries or loop-body temporaries
     transient: list[Transient]
+    outputs: list[list[int]]  # the buffers holding each of the block's results
 
 
 def _uses_at(op: Op) -> list[int]:
@@ -58,10 +68,16 @@ def _uses_at(op: Op) -> list[int]:
         [v for r in op.regions for v in r.result_ids]
 
 
+def _capacity(b: _Buffer) -> int:
+    """The bytes a result can write over in place: an external buffer's own size."""
+    return b.size if b.external else b.nbytes
+
+
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
               shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
-    """Buffers of one block; args are the block's inputs (None for values owned elsewhere).
+    """Buffers of one block; args are the block's inputs (None for values owned elsewhere;
+    external buffers for a region's arguments, whose bytes its op's operands hold).
 
     Results with known shards (Program.shards) take the bytes of one device's shard; results in
     another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
@@ -120,6 +136,10 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                     b.end = max(b.end, last.get(rid, s))
                     if rid in outputs and b.category == "temporaries":
                         b.category = "outputs"
+                    if op.kind == "while" and not b.external and not b.through_loop:
+                        b.through_loop = True
+                        b.name += (f", aliased with parameter {b.parameter} through the loop"
+                                   if b.parameter >= 0 else ", carried through the loop")
                 continue
             buf_of[rid] = [len(buffers)]
             buffers.append(_Buffer(
@@ -128,7 +148,8 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             layout = tiles.result_layout(op, k)
             if layout is not None:
                 buffers[-1].lay_out(layout)
-    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)])
+    return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)],
+                     [buf_of.get(v, []) for v in output_ids])
 
 
 def schedule(ops: list[Op], uses: Counter) -> list[Op]:
@@ -171,6 +192,17 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     j = tiles.aliased_operand(op, k)
     if j is not None:
         return sorted(set(buf_of.get(op.operand_ids[j], []))) or None
+    if op.kind == "while":
+        # XLA gives a loop's operand, its body's argument and result and the loop's result one
+        # buffer; it copies the operand first only when the operand is read after the loop, is
+        # a parameter the caller keeps, or a constant (copy insertion).
+        if k >= len(op.operand_ids):
+            return None
+        held = buf_of.get(op.operand_ids[k], [])
+        if len(held) == 1 and last.get(op.operand_ids[k]) == step and \
+                not buffers[held[0]].always_live and _capacity(buffers[held[0]]) == nbytes:
+            return held
+        return None
     if cls in ALIASING:
         if op.kind == "concatenate" or cls == "view":
             held = [j for v in op.operand_ids for j in buf_of.get(v, [])]
@@ -183,15 +215,15 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
     if j is not None:
         v = op.operand_ids[j]
         held = buf_of.get(v, [])
-        if len(held) == 1 and buffers[held[0]].nbytes == nbytes and last.get(v) == step and \
-                not buffers[held[0]].always_live:
+        if len(held) == 1 and _capacity(buffers[held[0]]) == nbytes and last.get(v) == step \
+                and not buffers[held[0]].always_live:
             return held
         return None
     if cls in _IN_PLACE:
         for v in reads:
             held = buf_of.get(v, [])
             if len(held) == 1 and last.get(v) == step and not buffers[held[0]].always_live \
-                    and buffers[held[0]].end <= step and buffers[held[0]].nbytes == nbytes:
+                    and buffers[held[0]].end <= step and _capacity(buffers[held[0]]) == nbytes:
                 return held
     return None
 
@@ -207,14 +239,57 @@ def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
     work: Transient = (row.cost.workspace_bytes_per_tile * row.cost.tiles, row.cost.tiles,
                        None) if row else (0, 0, None)
     for region in op.regions:
-        inner = _liveness(region.ops, uses, rows, region.arg_ids, [], region.result_ids, shards,
+        inner = _liveness(region.ops, uses, rows, region.arg_ids,
+                          _region_args(op, region, shards), region.result_ids, shards,
                           off_tile)
+        _write_results_in_place(op, inner)
         if _placed(inner):
             return _placed_peak(inner)
         peak = _peak(inner)
         if peak > work[0]:
             work = (peak, 0, None)
     return work
+
+
+def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
+                 ) -> list[_Buffer | None]:
+    """External buffers for a region's arguments that its op's operands hold: a while loop's
+    carried state (one buffer with the loop's operand and result) and a shard_map body's
+    operands (one device's shard). Views of them are their memory, not copies; results can
+    write over them in place. Other regions' arguments (reducers' scalars) take none."""
+    if op.kind not in ("while", "manual_computation") or \
+            len(region.arg_ids) != len(op.operands):
+        return []
+    # A shard_map body's values are one device's; a loop body's have the loop's own shapes
+    # (whole where the program's sharding of them is unknown, as for the body's other values).
+    manual = op.kind == "manual_computation"
+    return [_Buffer(f"{op.kind} operand {k}", "external", 0, 0, 0, str(op.location),
+                    external=True, carried=-1 if manual else k,
+                    size=(t.shard(shards.get(vid)) if manual else t).nbytes)
+            for k, (t, vid) in enumerate(zip(op.operands, op.operand_ids, strict=True))]
+
+
+def _write_results_in_place(op: Op, inner: _Liveness) -> None:
+    """A region's results that XLA writes straight into its op's buffers take no bytes of the
+    region's own: a branch's or a shard_map body's results are its op's results; a loop body's
+    result k is the loop's state k when computed over it in place, or once nothing reads that
+    state any more (else it is a temporary of the body, copied into the state at the end of
+    the step)."""
+    if op.kind in ("case", "if", "manual_computation"):
+        for held in inner.outputs:
+            for j in held:
+                b = inner.buffers[j]
+                if not b.external and not b.always_live and b.category != "constants":
+                    b.nbytes = 0
+    elif op.kind == "while":
+        state = {b.carried: b for b in inner.buffers if b.external and b.carried >= 0}
+        for k, held in enumerate(inner.outputs):
+            if len(held) != 1 or k not in state:
+                continue
+            b = inner.buffers[held[0]]
+            if not b.external and not b.always_live and b.category != "constants" and \
+                    state[k].end < b.start:
+                b.nbytes = 0
 
 
 def _placed(live: _Liveness) -> bool:
@@ -278,7 +353,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
     args = [
         _Buffer(f"argument {i}" + (f" ({name})" if name else ""),
                 "donated inputs" if i in program.donated_inputs else "inputs", ty.nbytes, 0,
-                0, "<argument>", always_live=i not in program.donated_inputs)
+                0, "<argument>", always_live=i not in program.donated_inputs, parameter=i)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
                      program.shards, off_tile)
@@ -366,7 +441,9 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         other_kinds=dict(placement.held),
         host_argument_bytes=sum(a.nbytes for a in all_inputs) - sum(a.nbytes for a in inputs),
         host_output_bytes=sum(o.nbytes for o in all_outputs) - sum(o.nbytes for o in outputs),
-        streaming_memory_limit=capacity(target, PINNED_HOST))
+        streaming_memory_limit=capacity(target, PINNED_HOST),
+        loop_aliased_parameters=tuple(sorted(b.parameter for b in live.buffers
+                                             if b.through_loop and b.parameter >= 0)))
 
 
 def _on_tile(types: tuple[TensorType, ...], ids: tuple[int, ...], on_tile: dict[int, bool]

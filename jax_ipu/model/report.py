@@ -56,6 +56,8 @@ class MemoryReport:
     host_argument_bytes: int = 0
     host_output_bytes: int = 0
     streaming_memory_limit: int | None = None  # this IPU's share of its machine's
+    # donated parameters whose buffer a loop's state takes over (XLA's aliasing through while)
+    loop_aliased_parameters: tuple[int, ...] = ()
 
     @property
     def streaming_memory_bytes(self) -> int:
@@ -155,7 +157,7 @@ class ProgramReport:
           tiles_out_of_memory: [tile index], num_tiles_out_of_memory,
           top_contributors: [{name, category, bytes_on_tile, total_bytes, location}],
           liveness: [{step, op, location, bytes}], argument_bytes, output_bytes, alias_bytes,
-          temporary_bytes}
+          temporary_bytes, loop_aliased_parameters: [parameter index]}
         - cycles: {total, compute, exchange, sync, host_exchange, host_input_cycles_per_call,
           host_output_cycles_per_call, unknown_trip_counts, unmodelled_ops: [op name], call,
           read_back} (total is the program on the chip; call is what the host adds to each
