@@ -76,6 +76,11 @@ string_or_object_state = _attr(_config, "string_or_object_state",
                                ("name", "default", "help", "validator"))
 distributed_state = _attr(_distributed, "global_state")
 is_cache_used = _attr(compilation_cache, "is_cache_used", ("backend",))
+# Reading and writing one entry: the ipu backend checks the cache directory around them.
+get_executable_and_time = _attr(compilation_cache, "get_executable_and_time",
+                                ("cache_key", "compile_options", "backend"))
+put_executable_and_time = _attr(compilation_cache, "put_executable_and_time",
+                                ("cache_key", "module_name", "executable", "backend"))
 
 # ---- jax: primitives whose only lowerings are per platform ----------------------------------
 _linalg = _module("jax._src.lax.linalg")

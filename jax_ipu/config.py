@@ -134,6 +134,14 @@ FLAGS: tuple[Flag, ...] = (
         "'' or a directory path", lambda v: True,
     ),
     Flag(
+        "jax_ipu_key_file", str, "",
+        "A file holding the secret key that seals cached ipu programs and vertex libraries "
+        "(HMAC-SHA256), for a cache a team shares on purpose: at least 32 bytes, writable by "
+        "no one else. Empty: a key of your own, made (mode 600) as "
+        "<user cache dir>/jax_ipu/seal.key ($XDG_CACHE_HOME or ~/.cache).",
+        "'' or the path of a key file", lambda v: True, read_on_use=True,
+    ),
+    Flag(
         "jax_ipu_remote", str, "",
         "Address of a jax-ipu server (python -m jax_ipu serve) whose IPU Model devices platform "
         "'ipu' uses instead of a local model: grpc://HOST:PORT. Empty: a local IPU Model.",

@@ -5,9 +5,12 @@ flags, the PJRT table, donation support and the lowering rules for platform "ipu
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -127,6 +130,33 @@ def use_compilation_cache() -> None:
 
     is_cache_used.jax_ipu = True  # type: ignore[attr-defined]
     cache.is_cache_used = is_cache_used
+    cache.get_executable_and_time = _in_trusted_cache(_internals.get_executable_and_time, 2)
+    cache.put_executable_and_time = _in_trusted_cache(_internals.put_executable_and_time, 3)
+
+
+def check_cache_directory() -> None:
+    """Refuse jax's compilation-cache directory when another user could write into it (or it is
+    not this user's): an entry planted there would be loaded as this user's program. A remote
+    cache (gs://...) and a directory not made yet are left to jax."""
+    from jax_ipu import sealing
+
+    where = str(jax.config.jax_compilation_cache_dir or "")
+    if where and "://" not in where and Path(where).expanduser().exists():
+        sealing.check_directory(Path(where).expanduser(), "jax_compilation_cache_dir")
+
+
+def _in_trusted_cache(original: Callable[..., Any], at: int) -> Callable[..., Any]:
+    """`original` (whose backend is positional argument `at`), after check_cache_directory when
+    the backend is ipu: jax turns the error into one warning per entry and compiles afresh."""
+
+    @functools.wraps(original)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        backend = args[at] if len(args) > at else kwargs.get("backend")
+        if getattr(backend, "platform", None) == PLATFORM:
+            check_cache_directory()
+        return original(*args, **kwargs)
+
+    return checked
 
 
 def initialize() -> None:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_ipu import sealing
 from jax_ipu.runtime import codec, serialized
 from jax_ipu.runtime.client import find_executable, live_clients
 from jax_ipu.runtime.serialized import StaleExecutableError
@@ -178,11 +179,12 @@ def old_format_payload(path) -> bytes:
 
 
 def current_format_payload(path, build: str) -> bytes:
-    """The same pickle behind a correct header of today's format, build and checksum."""
+    """The same pickle behind a correct header of today's format, build and seal (made with
+    this user's key, as only this user could)."""
     body, made_by = pickle.dumps(Plant(str(path))), build.encode()
-    return (serialized.MAGIC + serialized.FORMAT.to_bytes(4, "little")
-            + len(made_by).to_bytes(2, "little") + made_by
-            + hashlib.sha256(made_by + body).digest() + body)
+    head = (serialized.MAGIC + serialized.FORMAT.to_bytes(4, "little")
+            + len(made_by).to_bytes(2, "little") + made_by)
+    return head + sealing.seal(head + body) + body
 
 
 def test_a_crafted_pickle_is_refused_without_running(tmp_path):
@@ -191,7 +193,7 @@ def test_a_crafted_pickle_is_refused_without_running(tmp_path):
     pickle.loads(pickle.dumps(Plant(str(planted))))
     assert planted.exists()  # the payload is live: unpickling it runs code
     planted.unlink()
-    with pytest.raises(StaleExecutableError, match="of format 1, not 2"):
+    with pytest.raises(StaleExecutableError, match="of format 1, not 3"):
         serialized.loads(old_format_payload(planted), build)
     with pytest.raises(StaleExecutableError, match="malformed serialized jax-ipu executable"):
         serialized.loads(current_format_payload(planted, build), build)
@@ -206,7 +208,7 @@ def test_jaxlib_deserialize_refuses_a_crafted_pickle_with_the_clear_error(tmp_pa
     real = ipu.client.serialize_executable(compiled.compile().runtime_executable())
     metadata = real[:real.index(serialized.MAGIC)]
     planted = tmp_path / "planted"
-    for payload, message in ((old_format_payload(planted), "of format 1, not 2"),
+    for payload, message in ((old_format_payload(planted), "of format 1, not 3"),
                              (current_format_payload(planted, serialized.build_id()),
                               "malformed serialized jax-ipu executable")):
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):
@@ -215,10 +217,9 @@ def test_jaxlib_deserialize_refuses_a_crafted_pickle_with_the_clear_error(tmp_pa
 
 
 def _rewrap(data: bytes, body: bytes, build: str) -> bytes:
-    """`body` behind `data`'s header, with its checksum made right: only the decoder judges it."""
-    made_by = build.encode()
-    head = len(serialized.MAGIC) + 4 + 2 + len(made_by)
-    return data[:head] + hashlib.sha256(made_by + body).digest() + body
+    """`body` behind `data`'s header, sealed with this user's key: only the decoder judges it."""
+    head = data[:len(serialized.MAGIC) + 4 + 2 + len(build.encode())]
+    return head + sealing.seal(head + body) + body
 
 
 def test_fuzzed_blobs_give_stale_executable_error_and_nothing_else(blob):
