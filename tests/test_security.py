@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import os
 import subprocess
 import warnings
@@ -57,6 +58,11 @@ def plain_sha(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
+def other_key(data: bytes) -> bytes:
+    """A seal under a key that is not this user's."""
+    return hmac.new(b"k" * 32, data, hashlib.sha256).digest()
+
+
 def _load_with(compiled, crafted: bytes):
     """serialize_executable's payload of `compiled`, its plugin bytes replaced by `crafted`,
     loaded back through deserialize_and_load (the PJRT slot jax's cache also uses)."""
@@ -78,7 +84,6 @@ def test_an_executable_resealed_around_another_programs_code_is_refused():
     np.testing.assert_array_equal(np.asarray(_load_with(compiled, reseal(swapped,
                                                                          sealing.seal))(x)), 42.0)
     # Re-sealed as anyone can (unkeyed SHA-256, or another key): refused, nothing loaded.
-    other_key = lambda data: __import__("hmac").new(b"k" * 32, data, hashlib.sha256).digest()
     for mac in (plain_sha, other_key):
         with pytest.raises(jax.errors.JaxRuntimeError, match="seal does not hold.*Nothing in it "
                            "was run"):
@@ -113,7 +118,7 @@ def test_the_users_key_is_made_private_and_a_readable_one_is_refused(tmp_path, m
         mac = sealing.seal(b"data")
         path = tmp_path / "jax_ipu" / "seal.key"
         assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_bytes()) == 32
-        assert mac == __import__("hmac").new(path.read_bytes(), b"data", hashlib.sha256).digest()
+        assert mac == hmac.new(path.read_bytes(), b"data", hashlib.sha256).digest()
         path.chmod(0o644)
         sealing._keys.clear()
         with pytest.raises(sealing.KeyFileError, match=r"only you can read or write \(mode 600\)"):
