@@ -278,3 +278,45 @@ def test_a_tile_program_round_trips_with_its_vertex_ops():
     assert [op.kind for op in vertex] == ["tile_map"]
     assert repr(loaded.program) == repr(exe.compiled.program)
     assert loaded.report.to_dict() == exe.compiled.report.to_dict()
+
+
+def _with_report_number(data: bytes, build: str, path: tuple[str, ...], number) -> bytes:
+    """`data` with one number of its report's JSON replaced, sealed with this user's key."""
+    import json
+
+    head = len(serialized.MAGIC) + 4 + 2 + len(build.encode())
+    body = data[head + sealing.SEAL_BYTES:]
+    size = int.from_bytes(body[:8], "little")
+    document = json.loads(body[8:8 + size])
+    where = document["value"]["report"]
+    for step in path[:-1]:
+        where = where[step]
+    where[path[-1]] = number
+    text = json.dumps(document).encode()
+    return _rewrap(data, len(text).to_bytes(8, "little") + text + body[8 + size:], build)
+
+
+def test_a_report_number_past_int64_is_a_malformed_executable(blob):
+    """Before: OverflowError from the runtime's clocks at the first call, as INTERNAL."""
+    _, exe = blob
+    client = live_clients()[0]
+    data = client.serialize(exe)
+    for path, number in ((("cycles", "compute"), float(2**64 + 5)),
+                         (("cycles", "call"), 2**64 + 5),
+                         (("cycles", "sync"), float("inf"))):
+        with pytest.raises(StaleExecutableError, match="malformed serialized jax-ipu executable"):
+            client.deserialize(_with_report_number(data, client.build, path, number))
+
+
+def test_a_misread_build_length_says_another_jax_ipu_wrote_it():
+    """Before: the build id read past its end held the seal's bytes, NUL among them, and the
+    error crossing the C API said "embedded null character"."""
+    ipu = jax.devices("ipu")[0]
+    compiled = jax.jit(lambda a: a * 3).lower(jax.device_put(np.ones(3, np.float32), ipu))
+    real = ipu.client.serialize_executable(compiled.compile().runtime_executable())
+    at = real.index(serialized.MAGIC) + len(serialized.MAGIC) + 4
+    size = int.from_bytes(real[at:at + 2], "little")
+    for wrong in (size + 24, size - 3, 0):
+        data = real[:at] + wrong.to_bytes(2, "little") + real[at + 2:]
+        with pytest.raises(jax.errors.JaxRuntimeError, match="serialized by another jax-ipu"):
+            ipu.client.deserialize_executable(data, jax.devices("ipu")[:1])

@@ -7,7 +7,9 @@ and refused before anything in it is decoded unless its seal holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,4 +121,31 @@ def loads(data: bytes, build: str) -> Blob:
         raise StaleExecutableError(
             f"a serialized executable whose header says build {_shown(made_by)} but whose body "
             f"says {blob.build}: compile the program again")
+    _check_numbers(blob.report)
     return blob
+
+
+_LIMIT = 2 ** 63  # the model's counts are int64 where they are used (clocks, cost analysis)
+
+
+def _check_numbers(report: ProgramReport) -> None:
+    """Refuse a report number the runtime cannot hold: a count past int64, or a cycle count that
+    is not a finite number (each becomes an int64 on every call)."""
+    cycles = dataclasses.asdict(report.cycles)
+    for name, value in cycles.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise StaleExecutableError(
+                f"a malformed serialized jax-ipu executable: its report's cycles.{name} is "
+                f"{value}. Compile the program again")
+    pending: list = [report.to_dict()]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += item.values()
+        elif isinstance(item, list | tuple):
+            pending += item
+        elif isinstance(item, int | float) and not isinstance(item, bool) and \
+                math.isfinite(item) and abs(item) >= _LIMIT:
+            raise StaleExecutableError(
+                f"a malformed serialized jax-ipu executable: its report holds {item:g}, past "
+                "what a 64-bit count holds. Compile the program again")
