@@ -81,6 +81,10 @@ get_executable_and_time = _attr(compilation_cache, "get_executable_and_time",
                                 ("cache_key", "compile_options", "backend"))
 put_executable_and_time = _attr(compilation_cache, "put_executable_and_time",
                                 ("cache_key", "module_name", "executable", "backend"))
+# jax.experimental.serialize_executable's unpickler: persistent_load(pid) loads ("exec", bytes).
+_serialize_executable = _module("jax.experimental.serialize_executable")
+executable_unpickler = _attr(_serialize_executable, "_JaxPjrtUnpickler")
+_attr(_serialize_executable, "_JaxPjrtUnpickler.persistent_load", ("self", "pid"))
 
 # ---- jax: primitives whose only lowerings are per platform ----------------------------------
 _linalg = _module("jax._src.lax.linalg")

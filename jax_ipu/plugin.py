@@ -132,6 +132,7 @@ def use_compilation_cache() -> None:
     cache.is_cache_used = is_cache_used
     cache.get_executable_and_time = _in_trusted_cache(_internals.get_executable_and_time, 2)
     cache.put_executable_and_time = _in_trusted_cache(_internals.put_executable_and_time, 3)
+    _check_deserialized_executables()
 
 
 def check_cache_directory() -> None:
@@ -152,11 +153,37 @@ def _in_trusted_cache(original: Callable[..., Any], at: int) -> Callable[..., An
     @functools.wraps(original)
     def checked(*args: Any, **kwargs: Any) -> Any:
         backend = args[at] if len(args) > at else kwargs.get("backend")
-        if getattr(backend, "platform", None) == PLATFORM:
-            check_cache_directory()
-        return original(*args, **kwargs)
+        if getattr(backend, "platform", None) != PLATFORM:
+            return original(*args, **kwargs)
+        check_cache_directory()
+        found = original(*args, **kwargs)
+        if original.__name__.startswith("get") and found[0] is not None:
+            from jax_ipu.runtime import client
+
+            client.check_loaded(found[0])
+        return found
 
     return checked
+
+
+def _check_deserialized_executables() -> None:
+    """Check what serialize_executable.deserialize_and_load loads on ipu as the cache's reads
+    are (client.check_loaded): its pickle hands each executable to persistent_load."""
+    unpickler = _internals.executable_unpickler
+    original = unpickler.persistent_load
+    if getattr(original, "jax_ipu", False):
+        return
+
+    def persistent_load(self: Any, pid: Any) -> Any:
+        found = original(self, pid)
+        if pid[0] == "exec" and getattr(self.backend, "platform", None) == PLATFORM:
+            from jax_ipu.runtime import client
+
+            client.check_loaded(found)
+        return found
+
+    persistent_load.jax_ipu = True  # type: ignore[attr-defined]
+    unpickler.persistent_load = persistent_load
 
 
 def initialize() -> None:

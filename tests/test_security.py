@@ -263,3 +263,21 @@ def test_fuzzed_resealed_entries_never_load():
             head = data[:len(data) - len(body) - sealing.SEAL_BYTES]
             with pytest.raises(serialized.StaleExecutableError, match="seal does not hold"):
                 serialized.loads(head + plain_sha(head + bytes(body)) + bytes(body), blob.build)
+
+
+def test_a_wrapper_naming_an_unknown_memory_kind_is_refused_at_load():
+    """jaxlib's wrapper before the sealed bytes names each output's memory kind; a changed one
+    aborted the process (jaxlib's CHECK) at the first call. Legitimate kinds still load."""
+    ipu = jax.devices("ipu")[0]
+    x = jax.device_put(X, ipu)
+    host = jax.sharding.SingleDeviceSharding(ipu, memory_kind="pinned_host")
+    compiled = jax.jit(lambda a: (a * 3, a + 1), out_shardings=(None, host)).lower(x).compile()
+    payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+    loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend="ipu")
+    assert [o.sharding.memory_kind for o in loaded(x)] == ["device", "pinned_host"]
+    crafted = payload.replace(b"\x06device", b"\x06devicx", 1)
+    assert crafted != payload
+    with pytest.raises(serialized.StaleExecutableError, match=r"memory kinds \('devicx', "
+                       r"'pinned_host'\), not in the program's \['device', 'pinned_host'\] "
+                       r"\(ipu has no memory kind 'devicx'\)"):
+        serialize_executable.deserialize_and_load(crafted, in_tree, out_tree, backend="ipu")
