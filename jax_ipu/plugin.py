@@ -5,6 +5,7 @@ flags, the PJRT table, donation support and the lowering rules for platform "ipu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -52,19 +53,31 @@ def register_flags() -> None:
             flag.parse(value)
             _refuse_late_change(flag.name)
 
-        with config.hidden_env(flag.env_var if flag.name in config.ENV_ERRORS else None):
+        # jax must not parse the variable: its parser differs from the flag's (" 1 " is refused,
+        # and a bad value would raise here), and `default` already holds what it says.
+        with config.hidden_env(flag.env_var):
             if flag.kind is bool:
                 _internals.bool_state(flag.name, default, flag.help, validator=validate)
             elif flag.kind is int:
-                _internals.int_state(flag.name, default, flag.help, validator=validate)
+                state = _internals.int_state(flag.name, default, flag.help, validator=validate)
+                _internals.before_parser(state, functools.partial(_typed, flag))
             elif flag.kind is float:  # no validator here: the hook checks after jax set it
-                _internals.float_state(flag.name, default, flag.help,
-                                       update_global_hook=validate,
-                                       update_thread_local_hook=lambda v, check=validate:
-                                       v is None or check(v))
+                state = _internals.float_state(flag.name, default, flag.help,
+                                               update_global_hook=validate,
+                                               update_thread_local_hook=lambda v,
+                                               check=validate: v is None or check(v))
+                _internals.before_parser(state, functools.partial(_typed, flag))
             else:  # not enum_state: its own check would speak first, without naming the flag
                 _internals.string_or_object_state(flag.name, default, flag.help,
                                                   validator=validate)
+
+
+def _typed(flag: config.Flag, value: object) -> object:
+    """`value` as the flag's type when it reads as one ("64" for an int flag), else the flag's
+    own error, which names it (jax's type check would speak first, without the name)."""
+    if value is None or isinstance(value, flag.kind) and not isinstance(value, bool):
+        return value
+    return flag.parse(value)
 
 
 def _refuse_late_change(name: str) -> None:
@@ -186,6 +199,21 @@ def _check_deserialized_executables() -> None:
     unpickler.persistent_load = persistent_load
 
 
+def _spare_other_backends() -> None:
+    """When a JAX_IPU_* or Poplar variable holds a bad value and the user did not ask for ipu
+    by name (JAX_PLATFORMS), warn once, naming it, and let jax start its other backends without
+    ipu (jax.devices("ipu") still raises the error); else jax would refuse to start cpu too."""
+    if (jax.config.jax_platforms or "").strip():
+        return  # jax starts only the platforms named, and fails loudly for those
+    problem = config.environment_problem()
+    if problem is None:
+        return
+    logger.warning("jax-ipu: the ipu backend is off in this process: %s Other backends (cpu) "
+                   "work; fix the variable to use ipu.", problem)
+    factories = _internals.backend_factories
+    factories[PLATFORM] = dataclasses.replace(factories[PLATFORM], fail_quietly=True)
+
+
 def initialize() -> None:
     """Register the ipu platform (called by JAX at start-up, once)."""
     global _initialized
@@ -209,6 +237,7 @@ def initialize() -> None:
         signposts.install()
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
+        _spare_other_backends()
         # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).
         _internals.register_plugin_profiler(c_api)
     lowering.register(PLATFORM)
