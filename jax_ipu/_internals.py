@@ -99,6 +99,11 @@ _serialize_executable = _module("jax.experimental.serialize_executable")
 executable_unpickler = _attr(_serialize_executable, "_JaxPjrtUnpickler")
 _attr(_serialize_executable, "_JaxPjrtUnpickler.persistent_load", ("self", "pid"))
 
+# Removes jax's own frames from a traceback, as jax.jit's boundary does (traceback_util).
+_traceback_util = _module("jax._src.traceback_util")
+filter_traceback = _attr(_traceback_util, "filter_traceback", ("tb",))
+traceback_filtering_mode = _attr(_traceback_util, "_filtering_mode")
+
 # ---- jax: primitives whose only lowerings are per platform ----------------------------------
 _linalg = _module("jax._src.lax.linalg")
 _tpu_eigh = _module("jax._src.tpu.linalg.eigh")

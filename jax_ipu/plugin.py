@@ -214,6 +214,28 @@ def _spare_other_backends() -> None:
     factories[PLATFORM] = dataclasses.replace(factories[PLATFORM], fail_quietly=True)
 
 
+EAGER_OP = "the eager op at"  # how compiler/checks.py names a program jax made for one op
+
+
+def _filter_eager_refusals() -> None:
+    """Print an uncaught refusal of an eager op (jnp.ones(4, dtype=jnp.bfloat16)) without jax's
+    internal frames, as jax prints one from a jitted call: jax's boundary filters only the frames
+    below the op's own jit, so about 30 lines of jnp and lax frames came first."""
+    original = sys.excepthook
+    if getattr(original, "jax_ipu", False):
+        return
+
+    def excepthook(kind: type[BaseException], error: BaseException, tb: Any) -> None:
+        if tb is not None and EAGER_OP in str(error) and \
+                _internals.traceback_filtering_mode() != "off":
+            tb = _internals.filter_traceback(tb)
+            error.with_traceback(tb)  # what Python prints, whatever the hook is passed
+        original(kind, error, tb)
+
+    excepthook.jax_ipu = True  # type: ignore[attr-defined]
+    sys.excepthook = excepthook
+
+
 def initialize() -> None:
     """Register the ipu platform (called by JAX at start-up, once)."""
     global _initialized
@@ -235,6 +257,7 @@ def initialize() -> None:
 
         use_compilation_cache()
         signposts.install()
+        _filter_eager_refusals()
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
         _spare_other_backends()
