@@ -281,3 +281,20 @@ def test_a_wrapper_naming_an_unknown_memory_kind_is_refused_at_load():
                        r"'pinned_host'\), not in the program's \['device', 'pinned_host'\] "
                        r"\(ipu has no memory kind 'devicx'\)"):
         serialize_executable.deserialize_and_load(crafted, in_tree, out_tree, backend="ipu")
+
+
+def test_processes_making_the_key_at_once_agree_on_it(tmp_path):
+    """The first process to link its key in place wins; the others read that one (an entry one
+    writes, another can load)."""
+    import sys
+
+    code = ("import sys; from jax_ipu import sealing; "
+            "sys.stdout.write(sealing.seal(b'entry').hex())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_IPU_")}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    children = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                 text=True) for _ in range(4)]
+    seals = {child.communicate(timeout=120)[0] for child in children}
+    key = (tmp_path / "jax_ipu" / "seal.key").read_bytes()
+    assert seals == {hmac.new(key, b"entry", hashlib.sha256).hexdigest()}
+    assert [p.name for p in (tmp_path / "jax_ipu").iterdir()] == ["seal.key"]
