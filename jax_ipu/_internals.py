@@ -60,6 +60,8 @@ register_plugin = _attr(_xla_bridge, "register_plugin", ("plugin_name", "priorit
 _lib = _module("jax._src.lib")
 register_plugin_profiler = _attr(_lib, "_profiler.register_plugin_profiler")
 backends = _attr(_xla_bridge, "backends")
+# platform -> BackendRegistration (a dataclass): fail_quietly lets jax start without the backend.
+backend_factories = _attr(_xla_bridge, "_backend_factories")
 # Platforms whose programs jax lowers with input/output aliases for donated arguments.
 platforms_with_donation: list[str] = _attr(_mlir, "_platforms_with_donation")
 register_lowering = _attr(_mlir, "register_lowering", ("prim", "rule", "platform", "cacheable"))
@@ -74,8 +76,33 @@ int_state = _attr(_config, "int_state", ("name", "default", "help", "validator")
 float_state = _attr(_config, "float_state", ("name", "default", "help", "update_global_hook"))
 string_or_object_state = _attr(_config, "string_or_object_state",
                                ("name", "default", "help", "validator"))
+# A config option's State turns each new value into the stored one with State._parser.
+_attr(_config, "State._parser")
+
+
+def before_parser(state: Any, convert: Any) -> None:
+    """Have jax's option `state` pass each new value through `convert` before its own parser
+    (whose type check speaks first and does not name the option)."""
+    original = state._parser
+    state._parser = lambda value: original(convert(value))
+
+
 distributed_state = _attr(_distributed, "global_state")
 is_cache_used = _attr(compilation_cache, "is_cache_used", ("backend",))
+# Reading and writing one entry: the ipu backend checks the cache directory around them.
+get_executable_and_time = _attr(compilation_cache, "get_executable_and_time",
+                                ("cache_key", "compile_options", "backend"))
+put_executable_and_time = _attr(compilation_cache, "put_executable_and_time",
+                                ("cache_key", "module_name", "executable", "backend"))
+# jax.experimental.serialize_executable's unpickler: persistent_load(pid) loads ("exec", bytes).
+_serialize_executable = _module("jax.experimental.serialize_executable")
+executable_unpickler = _attr(_serialize_executable, "_JaxPjrtUnpickler")
+_attr(_serialize_executable, "_JaxPjrtUnpickler.persistent_load", ("self", "pid"))
+
+# Removes jax's own frames from a traceback, as jax.jit's boundary does (traceback_util).
+_traceback_util = _module("jax._src.traceback_util")
+filter_traceback = _attr(_traceback_util, "filter_traceback", ("tb",))
+traceback_filtering_mode = _attr(_traceback_util, "_filtering_mode")
 
 # ---- jax: primitives whose only lowerings are per platform ----------------------------------
 _linalg = _module("jax._src.lax.linalg")

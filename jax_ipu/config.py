@@ -134,6 +134,14 @@ FLAGS: tuple[Flag, ...] = (
         "'' or a directory path", lambda v: True,
     ),
     Flag(
+        "jax_ipu_key_file", str, "",
+        "A file holding the secret key that seals cached ipu programs and vertex libraries "
+        "(HMAC-SHA256), for a cache a team shares on purpose: at least 32 bytes, writable by "
+        "no one else. Empty: a key of your own, made (mode 600) as "
+        "<user cache dir>/jax_ipu/seal.key ($XDG_CACHE_HOME or ~/.cache).",
+        "'' or the path of a key file", lambda v: True, read_on_use=True,
+    ),
+    Flag(
         "jax_ipu_remote", str, "",
         "Address of a jax-ipu server (python -m jax_ipu serve) whose IPU Model devices platform "
         "'ipu' uses instead of a local model: grpc://HOST:PORT. Empty: a local IPU Model.",
@@ -189,6 +197,19 @@ def check_environment() -> None:
             raise error
 
 
+def environment_problem() -> IpuConfigError | None:
+    """The first bad value among the JAX_IPU_* and Poplar variables the ipu backend reads when
+    it starts (None when all are good): what would stop it starting."""
+    try:
+        check_environment()
+        target()
+        engine_options()
+        pvti_options()
+    except IpuConfigError as error:
+        return error
+    return None
+
+
 def env_value(flag: Flag) -> Any:
     """The flag's value from its environment variable, or its default."""
     raw = os.environ.get(flag.env_var)
@@ -238,6 +259,11 @@ ENGINE_OPTIONS: dict[str, str] = {
 }
 
 
+def _clipped(raw: str, limit: int = 200) -> str:
+    """`raw` as a repr, cut to `limit` characters (a variable may be megabytes long)."""
+    return repr(raw) if len(raw) <= limit else f"{raw[:limit]!r}... ({len(raw)} characters)"
+
+
 def _json_options(var: str, known: dict[str, str], strings: set[str], example: str
                   ) -> dict[str, Any]:
     """The JSON object in environment variable `var`: known keys only, booleans unless listed
@@ -252,11 +278,16 @@ def _json_options(var: str, known: dict[str, str], strings: set[str], example: s
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise IpuConfigError(
-            f"{var} is not valid JSON ({exc.msg} at character {exc.pos}): {raw!r}. "
+            f"{var} is not valid JSON ({exc.msg} at character {exc.pos}): {_clipped(raw)}. "
             f"Example: {example}"
         ) from None
+    except RecursionError:
+        raise IpuConfigError(
+            f"{var} nests too deeply to be read: it must be one flat JSON object of options, "
+            f"got {_clipped(raw)}. Example: {example}"
+        ) from None
     if not isinstance(parsed, dict):
-        raise IpuConfigError(f"{var} must be a JSON object, got {raw!r}.")
+        raise IpuConfigError(f"{var} must be a JSON object, got {_clipped(raw)}.")
     options: dict[str, Any] = {}
     for key, val in parsed.items():
         if key not in known:

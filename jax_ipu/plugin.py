@@ -5,9 +5,13 @@ flags, the PJRT table, donation support and the lowering rules for platform "ipu
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -49,19 +53,31 @@ def register_flags() -> None:
             flag.parse(value)
             _refuse_late_change(flag.name)
 
-        with config.hidden_env(flag.env_var if flag.name in config.ENV_ERRORS else None):
+        # jax must not parse the variable: its parser differs from the flag's (" 1 " is refused,
+        # and a bad value would raise here), and `default` already holds what it says.
+        with config.hidden_env(flag.env_var):
             if flag.kind is bool:
                 _internals.bool_state(flag.name, default, flag.help, validator=validate)
             elif flag.kind is int:
-                _internals.int_state(flag.name, default, flag.help, validator=validate)
+                state = _internals.int_state(flag.name, default, flag.help, validator=validate)
+                _internals.before_parser(state, functools.partial(_typed, flag))
             elif flag.kind is float:  # no validator here: the hook checks after jax set it
-                _internals.float_state(flag.name, default, flag.help,
-                                       update_global_hook=validate,
-                                       update_thread_local_hook=lambda v, check=validate:
-                                       v is None or check(v))
+                state = _internals.float_state(flag.name, default, flag.help,
+                                               update_global_hook=validate,
+                                               update_thread_local_hook=lambda v,
+                                               check=validate: v is None or check(v))
+                _internals.before_parser(state, functools.partial(_typed, flag))
             else:  # not enum_state: its own check would speak first, without naming the flag
                 _internals.string_or_object_state(flag.name, default, flag.help,
                                                   validator=validate)
+
+
+def _typed(flag: config.Flag, value: object) -> object:
+    """`value` as the flag's type when it reads as one ("64" for an int flag), else the flag's
+    own error, which names it (jax's type check would speak first, without the name)."""
+    if value is None or isinstance(value, flag.kind) and not isinstance(value, bool):
+        return value
+    return flag.parse(value)
 
 
 def _refuse_late_change(name: str) -> None:
@@ -127,6 +143,97 @@ def use_compilation_cache() -> None:
 
     is_cache_used.jax_ipu = True  # type: ignore[attr-defined]
     cache.is_cache_used = is_cache_used
+    cache.get_executable_and_time = _in_trusted_cache(_internals.get_executable_and_time, 2)
+    cache.put_executable_and_time = _in_trusted_cache(_internals.put_executable_and_time, 3)
+    _check_deserialized_executables()
+
+
+def check_cache_directory() -> None:
+    """Refuse jax's compilation-cache directory when another user could write into it (or it is
+    not this user's): an entry planted there would be loaded as this user's program. A remote
+    cache (gs://...) and a directory not made yet are left to jax."""
+    from jax_ipu import sealing
+
+    where = str(jax.config.jax_compilation_cache_dir or "")
+    if where and "://" not in where and Path(where).expanduser().exists():
+        sealing.check_directory(Path(where).expanduser(), "jax_compilation_cache_dir")
+
+
+def _in_trusted_cache(original: Callable[..., Any], at: int) -> Callable[..., Any]:
+    """`original` (whose backend is positional argument `at`), after check_cache_directory when
+    the backend is ipu: jax turns the error into one warning per entry and compiles afresh."""
+
+    @functools.wraps(original)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        backend = args[at] if len(args) > at else kwargs.get("backend")
+        if getattr(backend, "platform", None) != PLATFORM:
+            return original(*args, **kwargs)
+        check_cache_directory()
+        found = original(*args, **kwargs)
+        if original.__name__.startswith("get") and found[0] is not None:
+            from jax_ipu.runtime import client
+
+            client.check_loaded(found[0])
+        return found
+
+    return checked
+
+
+def _check_deserialized_executables() -> None:
+    """Check what serialize_executable.deserialize_and_load loads on ipu as the cache's reads
+    are (client.check_loaded): its pickle hands each executable to persistent_load."""
+    unpickler = _internals.executable_unpickler
+    original = unpickler.persistent_load
+    if getattr(original, "jax_ipu", False):
+        return
+
+    def persistent_load(self: Any, pid: Any) -> Any:
+        found = original(self, pid)
+        if pid[0] == "exec" and getattr(self.backend, "platform", None) == PLATFORM:
+            from jax_ipu.runtime import client
+
+            client.check_loaded(found)
+        return found
+
+    persistent_load.jax_ipu = True  # type: ignore[attr-defined]
+    unpickler.persistent_load = persistent_load
+
+
+def _spare_other_backends() -> None:
+    """When a JAX_IPU_* or Poplar variable holds a bad value and the user did not ask for ipu
+    by name (JAX_PLATFORMS), warn once, naming it, and let jax start its other backends without
+    ipu (jax.devices("ipu") still raises the error); else jax would refuse to start cpu too."""
+    if (jax.config.jax_platforms or "").strip():
+        return  # jax starts only the platforms named, and fails loudly for those
+    problem = config.environment_problem()
+    if problem is None:
+        return
+    logger.warning("jax-ipu: the ipu backend is off in this process: %s Other backends (cpu) "
+                   "work; fix the variable to use ipu.", problem)
+    factories = _internals.backend_factories
+    factories[PLATFORM] = dataclasses.replace(factories[PLATFORM], fail_quietly=True)
+
+
+EAGER_OP = "the eager op at"  # how compiler/checks.py names a program jax made for one op
+
+
+def _filter_eager_refusals() -> None:
+    """Print an uncaught refusal of an eager op (jnp.ones(4, dtype=jnp.bfloat16)) without jax's
+    internal frames, as jax prints one from a jitted call: jax's boundary filters only the frames
+    below the op's own jit, so about 30 lines of jnp and lax frames came first."""
+    original = sys.excepthook
+    if getattr(original, "jax_ipu", False):
+        return
+
+    def excepthook(kind: type[BaseException], error: BaseException, tb: Any) -> None:
+        if tb is not None and EAGER_OP in str(error) and \
+                _internals.traceback_filtering_mode() != "off":
+            tb = _internals.filter_traceback(tb)
+            error.with_traceback(tb)  # what Python prints, whatever the hook is passed
+        original(kind, error, tb)
+
+    excepthook.jax_ipu = True  # type: ignore[attr-defined]
+    sys.excepthook = excepthook
 
 
 def initialize() -> None:
@@ -150,8 +257,10 @@ def initialize() -> None:
 
         use_compilation_cache()
         signposts.install()
+        _filter_eager_refusals()
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
+        _spare_other_backends()
         # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).
         _internals.register_plugin_profiler(c_api)
     lowering.register(PLATFORM)

@@ -124,7 +124,7 @@ def test_a_planted_pickle_in_the_cache_is_refused_without_running(tmp_path):
     assert not planted.exists()
     assert again["hits"] == 0
     assert any("Error reading persistent compilation cache entry" in w
-               and "of format 1, not 2" in w for w in again["warnings"]), again["warnings"]
+               and "of format 1, not 3" in w for w in again["warnings"]), again["warnings"]
     assert again["ipu"] == first["ipu"]
 
 

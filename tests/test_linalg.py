@@ -60,6 +60,22 @@ def test_cholesky_not_positive_definite_is_nan_like_cpu():
     assert np.isnan(got).any()
 
 
+def test_cholesky_of_a_singular_semi_definite_matrix_is_nan_like_cpu():
+    """A zero pivot is not positive: LAPACK's potrf refuses it (before: a finite factor)."""
+    rank_3 = np.diag([2.0, 2.0, 3.0, 0.0]).astype(np.float32)
+    rank_3[:2, :2] = 1.0  # exact arithmetic: the second pivot is exactly 0
+    a = np.stack([np.ones((4, 4), np.float32), rank_3, _spd(4)])
+    got, want = _both(jnp.linalg.cholesky, a)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    lower = np.tril(np.ones((4, 4), bool))
+    assert np.isnan(got[:2][:, lower]).all() and not np.isnan(got[2]).any()
+    # upstream random_lax_test::testMultivariateNormalSingularCovariance
+    draw = lambda mean, cov: jax.random.multivariate_normal(  # noqa: E731
+        jax.random.key(0), mean, cov, method="cholesky")
+    got, want = _both(draw, np.zeros(2, np.float32), np.ones((2, 2), np.float32))
+    assert np.isnan(got).all() and np.isnan(want).all()
+
+
 @pytest.mark.parametrize("shape,mode", [((6, 4), "reduced"), ((6, 4), "complete"),
                                         ((2, 4, 6), "reduced"), ((5, 5), "complete")])
 def test_qr(shape, mode):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_ipu import sealing
 from jax_ipu.runtime import codec, serialized
 from jax_ipu.runtime.client import find_executable, live_clients
 from jax_ipu.runtime.serialized import StaleExecutableError
@@ -178,11 +179,12 @@ def old_format_payload(path) -> bytes:
 
 
 def current_format_payload(path, build: str) -> bytes:
-    """The same pickle behind a correct header of today's format, build and checksum."""
+    """The same pickle behind a correct header of today's format, build and seal (made with
+    this user's key, as only this user could)."""
     body, made_by = pickle.dumps(Plant(str(path))), build.encode()
-    return (serialized.MAGIC + serialized.FORMAT.to_bytes(4, "little")
-            + len(made_by).to_bytes(2, "little") + made_by
-            + hashlib.sha256(made_by + body).digest() + body)
+    head = (serialized.MAGIC + serialized.FORMAT.to_bytes(4, "little")
+            + len(made_by).to_bytes(2, "little") + made_by)
+    return head + sealing.seal(head + body) + body
 
 
 def test_a_crafted_pickle_is_refused_without_running(tmp_path):
@@ -191,7 +193,7 @@ def test_a_crafted_pickle_is_refused_without_running(tmp_path):
     pickle.loads(pickle.dumps(Plant(str(planted))))
     assert planted.exists()  # the payload is live: unpickling it runs code
     planted.unlink()
-    with pytest.raises(StaleExecutableError, match="of format 1, not 2"):
+    with pytest.raises(StaleExecutableError, match="of format 1, not 3"):
         serialized.loads(old_format_payload(planted), build)
     with pytest.raises(StaleExecutableError, match="malformed serialized jax-ipu executable"):
         serialized.loads(current_format_payload(planted, build), build)
@@ -206,7 +208,7 @@ def test_jaxlib_deserialize_refuses_a_crafted_pickle_with_the_clear_error(tmp_pa
     real = ipu.client.serialize_executable(compiled.compile().runtime_executable())
     metadata = real[:real.index(serialized.MAGIC)]
     planted = tmp_path / "planted"
-    for payload, message in ((old_format_payload(planted), "of format 1, not 2"),
+    for payload, message in ((old_format_payload(planted), "of format 1, not 3"),
                              (current_format_payload(planted, serialized.build_id()),
                               "malformed serialized jax-ipu executable")):
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):
@@ -215,10 +217,9 @@ def test_jaxlib_deserialize_refuses_a_crafted_pickle_with_the_clear_error(tmp_pa
 
 
 def _rewrap(data: bytes, body: bytes, build: str) -> bytes:
-    """`body` behind `data`'s header, with its checksum made right: only the decoder judges it."""
-    made_by = build.encode()
-    head = len(serialized.MAGIC) + 4 + 2 + len(made_by)
-    return data[:head] + hashlib.sha256(made_by + body).digest() + body
+    """`body` behind `data`'s header, sealed with this user's key: only the decoder judges it."""
+    head = data[:len(serialized.MAGIC) + 4 + 2 + len(build.encode())]
+    return head + sealing.seal(head + body) + body
 
 
 def test_fuzzed_blobs_give_stale_executable_error_and_nothing_else(blob):
@@ -277,3 +278,45 @@ def test_a_tile_program_round_trips_with_its_vertex_ops():
     assert [op.kind for op in vertex] == ["tile_map"]
     assert repr(loaded.program) == repr(exe.compiled.program)
     assert loaded.report.to_dict() == exe.compiled.report.to_dict()
+
+
+def _with_report_number(data: bytes, build: str, path: tuple[str, ...], number) -> bytes:
+    """`data` with one number of its report's JSON replaced, sealed with this user's key."""
+    import json
+
+    head = len(serialized.MAGIC) + 4 + 2 + len(build.encode())
+    body = data[head + sealing.SEAL_BYTES:]
+    size = int.from_bytes(body[:8], "little")
+    document = json.loads(body[8:8 + size])
+    where = document["value"]["report"]
+    for step in path[:-1]:
+        where = where[step]
+    where[path[-1]] = number
+    text = json.dumps(document).encode()
+    return _rewrap(data, len(text).to_bytes(8, "little") + text + body[8 + size:], build)
+
+
+def test_a_report_number_past_int64_is_a_malformed_executable(blob):
+    """Before: OverflowError from the runtime's clocks at the first call, as INTERNAL."""
+    _, exe = blob
+    client = live_clients()[0]
+    data = client.serialize(exe)
+    for path, number in ((("cycles", "compute"), float(2**64 + 5)),
+                         (("cycles", "call"), 2**64 + 5),
+                         (("cycles", "sync"), float("inf"))):
+        with pytest.raises(StaleExecutableError, match="malformed serialized jax-ipu executable"):
+            client.deserialize(_with_report_number(data, client.build, path, number))
+
+
+def test_a_misread_build_length_says_another_jax_ipu_wrote_it():
+    """Before: the build id read past its end held the seal's bytes, NUL among them, and the
+    error crossing the C API said "embedded null character"."""
+    ipu = jax.devices("ipu")[0]
+    compiled = jax.jit(lambda a: a * 3).lower(jax.device_put(np.ones(3, np.float32), ipu))
+    real = ipu.client.serialize_executable(compiled.compile().runtime_executable())
+    at = real.index(serialized.MAGIC) + len(serialized.MAGIC) + 4
+    size = int.from_bytes(real[at:at + 2], "little")
+    for wrong in (size + 24, size - 3, 0):
+        data = real[:at] + wrong.to_bytes(2, "little") + real[at + 2:]
+        with pytest.raises(jax.errors.JaxRuntimeError, match="serialized by another jax-ipu"):
+            ipu.client.deserialize_executable(data, jax.devices("ipu")[:1])

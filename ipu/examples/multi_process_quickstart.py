@@ -14,6 +14,7 @@ import _multi_device
 _multi_device.request_devices(sys.argv[1:], default=2)
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -21,6 +22,7 @@ import threading  # noqa: E402
 
 import _common  # noqa: E402
 import jax  # noqa: E402
+import jax.extend  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
@@ -145,6 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.process_id is None:
         raise SystemExit(launch(argv, args.processes))
     worker(args)
+    # Close in order, once worker's arrays are gone: the cpu and ipu clients watch the other
+    # processes through the coordination service, so they go first. Left to exit, the service
+    # (in process 0) stops while they still watch, and each logs that as a gRPC error block.
+    gc.collect()
+    jax.clear_caches()
+    jax.extend.backend.clear_backends()
+    gc.collect()
+    jax.distributed.shutdown()
 
 
 if __name__ == "__main__":

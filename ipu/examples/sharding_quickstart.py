@@ -40,6 +40,31 @@ def show_layout(name: str, array: jax.Array) -> None:
         print(f"  block {where} on devices {sorted(ids)}")
 
 
+def owners(array: jax.Array) -> np.ndarray:
+    """Per element of a 2-D array, the lowest id of the devices holding it."""
+    grid = np.full(array.shape, np.iinfo(np.int32).max, np.int32)
+    for shard in array.addressable_shards:
+        grid[shard.index] = np.minimum(grid[shard.index], shard.device.id)
+    return grid
+
+
+def plot_layouts(plot_dir: str, arrays: dict[str, jax.Array]) -> None:
+    """One panel per array: each element coloured by the device holding it (the lowest id where
+    a block is replicated), so a layout reads at a glance."""
+    plt = _common.pyplot()
+    fig, axes = plt.subplots(1, len(arrays), figsize=(3.2 * len(arrays), 3.4))
+    for ax, (name, array) in zip(axes, arrays.items(), strict=True):
+        grid = owners(array)
+        ax.imshow(grid, cmap="tab10", vmin=0, vmax=9)
+        for (r, c), device in np.ndenumerate(grid):
+            ax.text(c, r, str(device), ha="center", va="center", fontsize=7)
+        ax.set_title(f"{name}\n{array.sharding.spec}", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle("which device holds each element (2x2 mesh)")
+    _common.save_figure(fig, plot_dir, "sharding_quickstart_layouts.png")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     _common.add_common_args(parser)
@@ -124,6 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     err_shard_map = float(np.max(np.abs(np.asarray(s) - want)))
     print(f"largest difference from NumPy: {err_shard_map:.2e}")
     _common.model_view(mapped.lower(x, w_rows).compile(), devices[0], "shard_map block matmul")
+    if args.plot:
+        plot_layouts(args.plot, {"x": x, "w": w, "y = tanh(x @ w)": y, "z": z,
+                                 "w rows over model": w_rows})
 
     _common.summary(
         "sharding_quickstart",

@@ -98,6 +98,12 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
     outputs = set(output_ids)
     for v in outputs:
         last[v] = n - 1
+    # A constant is reported at the line that first uses it, as checks.py does: jax hoists an
+    # array a function closes over to the call's line.
+    user_at: dict[int, str] = {}
+    for op in ops:
+        for v in _uses_at(op):
+            user_at.setdefault(v, str(op.location))
 
     buffers: list[_Buffer] = []
     # the buffers holding each value: one for most, several for a view of several values
@@ -126,7 +132,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             if op.kind == "constant":
                 buf_of[rid] = [len(buffers)]
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
-                                       str(op.location), always_live=True))
+                                       user_at.get(rid, str(op.location)), always_live=True))
                 continue
             reuse = _reused(op, k, cls, reads, s, rtype.nbytes, buf_of, buffers, last)
             if reuse is not None:

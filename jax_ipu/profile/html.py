@@ -21,8 +21,9 @@ h1{font-size:22px;margin:0 0 4px}h2{margin-top:32px;border-bottom:1px solid #ccc
 .card b{display:block;font-size:20px}.bad{background:#fde2e2;border-color:#e15759}
 .plot{width:100%;height:auto;font-size:12px}.plot text{fill:#333}.grid{stroke:#eee}
 table{border-collapse:collapse;width:100%;font-size:13px}
-th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left}
-th{cursor:pointer;background:#f5f5f5;position:sticky;top:0}td.n{text-align:right}
+th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top}
+th{cursor:pointer;background:#f5f5f5;position:sticky;top:0;white-space:nowrap}
+td.n{text-align:right;white-space:nowrap}td.w{min-width:32ch}.scroll{overflow-x:auto}
 .key span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-2px}
 pre{background:#f7f7f7;padding:12px;overflow:auto}
 """
@@ -48,18 +49,23 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
 """
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, wide: bool = False) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         text = f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.3g}"
         return f'<td class="n" data-v="{float(value)!r}">{text}</td>'
-    return f"<td>{escape(str(value))}</td>"
+    opening = '<td class="w">' if wide else "<td>"
+    return f"{opening}{escape(str(value))}</td>"
 
 
-def table(headings: list[str], rows: list[list[Any]]) -> str:
-    """A sortable table; every cell is escaped."""
+def table(headings: list[str], rows: list[list[Any]], wide: frozenset[int] = frozenset()
+          ) -> str:
+    """A sortable table; every cell is escaped. Columns `wide` hold sentences: they keep a
+    readable width, and the table scrolls sideways rather than squeeze them to a word a line."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headings)
-    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
-    return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    body = "".join("<tr>" + "".join(_cell(v, k in wide) for k, v in enumerate(row)) + "</tr>"
+                   for row in rows)
+    return (f'<div class="scroll"><table class="sortable"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _card(label: str, value: str, bad: bool = False) -> str:
@@ -121,7 +127,10 @@ def _ops(graph: dict[str, Any]) -> list[str]:
              o["compute_cycles"], o["exchange_cycles"], o["sync_cycles"], o["host_cycles"],
              o["tiles"], *([o["flops"]] if flops else []), o["note"], o.get("plan", ""),
              o.get("runner_up", "")] for o in ordered]
-    return ["<h2>Ops (ordered by cycles; click a heading to sort)</h2>", table(headings, rows)]
+    prose = frozenset(k for k, h in enumerate(headings)
+                      if h in ("note", "plan", "runner-up (why it lost)"))
+    return ["<h2>Ops (ordered by cycles; click a heading to sort)</h2>",
+            table(headings, rows, wide=prose)]
 
 
 def _execution(execution: dict[str, Any]) -> list[str]:

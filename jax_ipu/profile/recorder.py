@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jax_ipu.config import ENGINE_OPTIONS_VAR
 from jax_ipu.profile.execution import MAX_RUNS_LISTED, Run, execution_profile
 from jax_ipu.profile.graph import graph_profile
 from jax_ipu.profile.html import render_html
@@ -55,6 +56,7 @@ class Recorder:
         self.timeline = Timeline(self.origin) if options.timeline else None
         self.programs: dict[str, _Reports] = {}
         self.lock = threading.Lock()
+        self.unwritable = False  # a report could not be written: said once, not per program
         atexit.register(self.flush)
 
     def compiled(self, executable: Any, start: float, end: float) -> None:
@@ -140,8 +142,14 @@ class Recorder:
             if graph or execution:
                 (entry.folder / SUMMARY_FILE).write_text(render(graph, execution))
                 (entry.folder / HTML_FILE).write_text(render_html(graph, execution))
-        except OSError:
-            # A report that cannot be written must not stop the user's program; say so loudly.
-            logger.exception("could not write the IPU Model report to %s", entry.folder)
+        except OSError as e:
+            # A report that cannot be written must not stop the user's program: say so once,
+            # with the reason (a traceback per program would bury the user's own output).
+            if not self.unwritable:
+                self.unwritable = True
+                logger.warning("could not write the IPU Model report to %s: %s. No report is "
+                               "written where that fails; set autoReport.directory in %s to a "
+                               "directory you can write.", entry.folder, e.strerror or e,
+                               ENGINE_OPTIONS_VAR)
             return
         logger.info("IPU Model report written to %s", entry.folder)

@@ -81,6 +81,22 @@ def find_device(device_id: int) -> IpuDevice:
     raise IpuError(f"No ipu device with id {device_id} in this process.")
 
 
+def check_loaded(loaded: Any) -> None:
+    """Refuse a loaded executable whose jaxlib wrapper (the part of a serialized executable
+    jaxlib writes, before this plugin's sealed bytes) names output memory kinds other than the
+    ones the program's outputs are in: jaxlib would abort the process at the first call."""
+    exe = find_executable(loaded.fingerprint.decode())
+    claimed = [tuple(kinds) for kinds in loaded.get_output_memory_kinds()]
+    if any(kinds != exe.output_kinds for kinds in claimed):
+        names = sorted({k for kinds in claimed for k in kinds} - set(exe.output_kinds))
+        raise serialized.StaleExecutableError(
+            f"a serialized ipu executable whose jaxlib wrapper places outputs in memory kinds "
+            f"{claimed[0] if len(claimed) == 1 else claimed}, not in the program's "
+            f"{list(exe.output_kinds)}"
+            + (f" (ipu has no memory kind {', '.join(map(repr, names))})" if names else "")
+            + ": it was changed since it was written. Compile the program again")
+
+
 def find_executable(fingerprint: str) -> IpuExecutable:
     """The live executable with this fingerprint (what jax's compiled objects carry)."""
     for client in _LIVE:

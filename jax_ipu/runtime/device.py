@@ -201,6 +201,10 @@ class IpuMemory:
                      f"its share of its {device.target.version} machine's")
             elsewhere = "keep them in host memory (memory_kind='unpinned_host') or on cpu"
         donated = f", of which {freed} are freed by donated inputs" if freed else ""
+        if self.kind != DEVICE and limit == 0:  # nothing to delete or donate: there is none
+            return (f"Cannot place {what} ({nbytes} bytes) on {device!r}: {holds}. "
+                    f"{elsewhere[0].upper()}{elsewhere[1:]} "
+                    "instead, or emulate an IPU whose machine has it (jax_ipu_model_version).")
         return (
             f"Cannot place {what} ({nbytes} bytes) on {device!r}: {holds} and {in_use} are in "
             f"use{donated}. Delete arrays you no longer need (x.delete(), or drop the last "

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.extend.mlir import hlo_to_stablehlo
 
-from jax_ipu import _internals
+from jax_ipu import _internals, protowire
 from jax_ipu.compiler import Compiled, hlo, numerics
 from jax_ipu.dtypes import element_type, numpy_dtype
 from jax_ipu.model.ir import Program
@@ -57,7 +57,7 @@ class IpuExecutable:
         self.num_replicas, self.num_partitions = compiled.assignment.shape
         self.profiler = profiler
         self.name = self.program.name
-        self.fingerprint = hashlib.sha256(code + options).hexdigest()
+        self.fingerprint = fingerprint(code, options)
         self.outputs = [OutputSpec(t.dtype, tuple(t.shape), t.nbytes, element_type(t.dtype))
                         for t in compiled.outputs]
         # Of a multi-process program, this process runs the devices it owns.
@@ -318,3 +318,44 @@ def _row_major(layout: Any) -> bool:
 def _replicated(cpu_devices: tuple[Any, ...], kind: str) -> Any:
     mesh = jax.sharding.Mesh(np.array(cpu_devices), ("devices",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
+
+
+# CompileOptionsProto's nested messages that hold protobuf maps: the options themselves (3:
+# executable_build_options) and XLA's DebugOptions (3.3). A map's entries are serialized in an
+# order that differs from process to process.
+_HOLDS_MAPS = {(): {3}, (3,): {3}, (3, 3): set()}
+
+
+def fingerprint(code: bytes, options: bytes) -> str:
+    """The sha256 of a program and its compile options in a canonical form: the same program
+    compiled in another process has the same fingerprint (and report folder)."""
+    try:
+        canonical = repr(_canonical(options, ())).encode()
+    except protowire.WireError:
+        canonical = options
+    return hashlib.sha256(code + b"\0" + canonical).hexdigest()
+
+
+def _canonical(data: bytes | memoryview, path: tuple[int, ...]) -> tuple:
+    """(number, value) of each field, a nested message as its own canonical form and the entries
+    of each map (a repeated field of {1: key, 2: value} messages) sorted."""
+    items: list[tuple[int, object]] = []
+    for number, value in protowire.fields(data):
+        if isinstance(value, memoryview):
+            nested = path + (number,)
+            value = _canonical(value, nested) if number in _HOLDS_MAPS[path] else bytes(value)
+        items.append((number, value))
+    numbers = [n for n, _ in items]
+    for number in {n for n in numbers if numbers.count(n) > 1}:
+        entries = [v for n, v in items if n == number]
+        if all(isinstance(v, bytes) and _is_map_entry(v) for v in entries):
+            ordered = iter(sorted(entries))
+            items = [(n, next(ordered) if n == number else v) for n, v in items]
+    return tuple(items)
+
+
+def _is_map_entry(data: bytes) -> bool:
+    try:
+        return {n for n, _ in protowire.fields(data)} <= {1, 2}
+    except protowire.WireError:
+        return False

@@ -2,8 +2,8 @@
 
 Codelets are built as Poplar builds them: clang (popc's compiler) when present, with flags that
 accept popc's dialect. A build is named by the sha256 of everything that goes into it; only a
-library this module wrote under that name (owner and digest checked) is ever loaded, and each FFI
-target registered once."""
+library this module wrote under that name (its seal, an HMAC under the user's key, checked, in a
+directory no one else can write) is ever loaded, and each FFI target registered once."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import jax
 
-from jax_ipu import config
+from jax_ipu import config, sealing
 from jax_ipu.compiler import checks
 from jax_ipu.errors import IpuVertexBuildError
 
@@ -40,7 +40,7 @@ _VERSIONED_CLANG = re.compile(r"^clang\+\+-(\d+)$")
 COMPILE_TIMEOUT_S = 600
 MAX_ERROR_LINES = 40
 LIBRARY = "vertex.so"
-DIGEST = "vertex.so.sha256"
+SEAL = "vertex.so.seal"  # hex HMAC-SHA256 of the library and its build's name (sealing.py)
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 # The IPU Model's worker threads, which every MultiVertex library calls into.
 WORKERS_SOURCE = NATIVE_DIR / "workers.cc"
@@ -55,8 +55,7 @@ def cache_dir() -> Path:
     chosen = config.value("jax_ipu_tile_cache_dir")
     if chosen:
         return Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "jax_ipu" / "vertices"
+    return sealing.user_cache_dir() / "jax_ipu" / "vertices"
 
 
 def compiler() -> list[str]:
@@ -154,7 +153,10 @@ class Build:
     source_dir: Path | None = None
 
     def translation_unit(self) -> str:
-        name = self.source_name.replace("\\", "\\\\").replace('"', '\\"')
+        # A #line directive ends at the line's end: a name's control characters (a newline would
+        # make the rest of the name C++) are written as escapes, as are quotes and backslashes.
+        name = "".join(c if c.isprintable() and c not in '"\\' else
+                       "".join(f"\\{b:03o}" for b in c.encode()) for c in self.source_name)
         return (f'#include <poplar/Vertex.hpp>\n#line 1 "{name}"\n{self.source}\n'
                 f'#line 1 "jax_ipu_vertex_glue.cc"\n{self.glue}')
 
@@ -172,17 +174,17 @@ class Build:
         return h.hexdigest()
 
 
-def _trusted(path: Path) -> bool:
-    """Whether a cached file is this user's own and not writable by others."""
+def _seal(library: bytes, name: str) -> str:
+    return sealing.seal(name.encode() + b"\0" + library).hex()
+
+
+def _sealed(lib: Path, seal: Path, name: str) -> bool:
+    """Whether `lib` is the library this user's jax-ipu built as `name` (its seal holds)."""
     try:
-        st = path.stat()
-    except OSError:
+        library, mac = lib.read_bytes(), bytes.fromhex(seal.read_text().strip())
+    except (OSError, ValueError):
         return False
-    return st.st_uid == os.getuid() and not st.st_mode & 0o022
-
-
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sealing.holds(name.encode() + b"\0" + library, mac)
 
 
 def _compile(build: Build, command: list[str], out: Path) -> None:
@@ -211,30 +213,46 @@ def _compile(build: Build, command: list[str], out: Path) -> None:
             raise IpuVertexBuildError(
                 f"the C++ compiler failed on the vertex in {build.source_name}:\n{shown}{more}")
         library = Path(tmp) / LIBRARY
-        (Path(tmp) / DIGEST).write_text(_file_digest(library))
+        (Path(tmp) / SEAL).write_text(_seal(library.read_bytes(), out.name))
         os.chmod(library, 0o600)
-        os.chmod(Path(tmp) / DIGEST, 0o600)
-        # Move the two files into place, the digest last: a library without its digest is
-        # never loaded, so a half-written build is rebuilt rather than trusted.
+        os.chmod(Path(tmp) / SEAL, 0o600)
+        # Move the two files into place, the seal last: a library without its seal is never
+        # loaded, so a half-written build is rebuilt rather than trusted.
         out.mkdir(mode=0o700, exist_ok=True)
+        sealing.check_directory(out, "the vertex build directory")
         os.replace(library, out / LIBRARY)
-        os.replace(Path(tmp) / DIGEST, out / DIGEST)
+        os.replace(Path(tmp) / SEAL, out / SEAL)
 
 
 def library(build: Build) -> Path:
-    """The built library for `build`, compiled unless this user's cache already holds it."""
+    """The built library for `build`, compiled unless this user's cache already holds it
+    (sealed with this user's key, in directories no one else can write)."""
     command = compiler()
     digest = build.digest(command)
-    root = cache_dir()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root = _make_root(cache_dir())
     out = root / digest[:32]
-    lib, sums = out / LIBRARY, out / DIGEST
-    if lib.exists() and sums.exists() and _trusted(lib) and _trusted(sums) and \
-            sums.read_text().strip() == _file_digest(lib):
+    if out.exists():
+        sealing.check_directory(out, "the vertex build directory")
+    lib = out / LIBRARY
+    if _sealed(lib, out / SEAL, out.name):
         return lib
     logger.info("building vertex %s into %s", build.source_name, out)
     _compile(build, command, out)
     return lib
+
+
+def _make_root(root: Path) -> Path:
+    """`root`, made (mode 700) when missing, refused unless this user's and writable by no one
+    else."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise IpuVertexBuildError(
+            f"cannot make the vertex build cache {str(root)!r}: {e.strerror}. Set "
+            "JAX_IPU_TILE_CACHE_DIR (jax_ipu_tile_cache_dir) to a directory you can write") \
+            from None
+    sealing.check_directory(root, "the vertex build cache (jax_ipu_tile_cache_dir)")
+    return root
 
 
 def register(build: Build, description: str, name: str | None = None,

@@ -44,14 +44,16 @@ _SCHUR_REFUSED = (
 def _cholesky(a: Any) -> Any:
     """Lower Cholesky factor of one matrix by outer products (reads the lower triangle; the
     diagonal's imaginary part, if any, is ignored, as LAPACK's is); all NaN when the matrix is
-    not positive definite, as LAPACK's result is in JAX."""
+    not positive definite, as LAPACK's result is in JAX: potrf stops at the first pivot that is
+    not > 0, so a singular positive semi-definite matrix (a zero pivot) is refused too."""
     n = a.shape[-1]
     if n == 0:  # fori_loop traces its body even for no steps, and w[j, j] has no element
         return a
     rows = jnp.arange(n)
 
     def step(j: Any, w: Any) -> Any:
-        d = jnp.sqrt(jnp.real(w[j, j])).astype(w.dtype)
+        pivot = jnp.real(w[j, j])
+        d = jnp.where(pivot > 0, jnp.sqrt(pivot), jnp.nan).astype(w.dtype)
         col = jnp.where(rows > j, w[:, j] / d, 0)
         w = w - jnp.outer(col, jnp.conj(col))
         return w.at[:, j].set(jnp.where(rows == j, d, col))
