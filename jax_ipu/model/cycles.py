@@ -89,23 +89,32 @@ def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
         if all(_folds_into(op, r, ops[j]) for j in js):
             parents[i] = js
 
-    def roots_of(i: int) -> set[int]:
-        found, todo = set(), [i]
-        while todo:
-            k = todo.pop()
-            if k in parents:
-                todo.extend(parents[k])
-            else:
-                found.add(k)
-        return found
     # an expression must end in ops that compute it
-    for i in [i for i in parents if any(op_class(ops[k]) not in _ROOTS for k in roots_of(i))]:
+    roots = _roots(parents)
+    for i in [i for i in parents if any(op_class(ops[k]) not in _ROOTS for k in roots[i])]:
         del parents[i]
     groups: dict[int, list[Op]] = {}
-    for i in sorted(parents):
-        for root in sorted(roots_of(i)):
+    for i, found in sorted(_roots(parents).items()):
+        for root in sorted(found):
             groups.setdefault(root, []).append(ops[i])
     return groups
+
+
+def _roots(parents: dict[int, list[int]]) -> dict[int, frozenset[int]]:
+    """The ops each folded op ends up computed in (those of its readers that are not folded
+    themselves, through any chain of folded readers). A reader comes after what it reads, so
+    one pass from the block's end sees every reader's roots first: linear in the block, where
+    walking each path would be exponential in a residual chain's depth (a = a + f(a))."""
+    found: dict[int, frozenset[int]] = {}
+    for i in sorted(parents, reverse=True):
+        here: set[int] = set()
+        for j in parents[i]:
+            if j in found:
+                here |= found[j]
+            else:
+                here.add(j)
+        found[i] = frozenset(here)
+    return found
 
 
 def _folds_into(op: Op, r: int, consumer: Op) -> bool:
