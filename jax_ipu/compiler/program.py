@@ -370,7 +370,7 @@ class _Reader:
         indices all are: attributes["constant_indices"], their flat values in operand order.
         The model then costs it as Poplar's backend does a constant slice or update."""
         known = self.known_ints
-        kind = op.kind
+        kind = op.name.split(".", 1)[-1]  # not op.kind: tile_op renames the op after this
         out = op.results[0] if len(op.results) == 1 else None
         if out is not None and out.dtype.startswith(("int", "uint")) and \
                 0 < out.size <= _MAX_KNOWN_INTS:

@@ -106,12 +106,19 @@ def op_class(op: Op) -> str:
     dimensions of size 1 only is a reshape (XLA's simplifier makes it one): free. A dynamic
     slice at constant indices is a static slice (a view), a dynamic update or an overwriting
     scatter of one window at constant indices a static copy, as Poplar's backend makes them."""
-    if op.kind == "reduce" and op.operands and _unit_reduce(op):
+    if op.kind == "reduce" and op.operands and _unit_reduce(op) or _same_type_convert(op):
         return "free"
     if op.kind in _STATIC and "constant_indices" in op.attributes and \
             static_window(op) is not None:
         return _STATIC[op.kind]
     return OP_CLASSES.get(op.kind, "unmodelled")
+
+
+def _same_type_convert(op: Op) -> bool:
+    """A conversion to the type it already has: XLA's algebraic simplifier removes it (jax
+    writes them around loop counters and indices)."""
+    return op.kind == "convert" and len(op.operands) == 1 and len(op.results) == 1 and \
+        op.operands[0] == op.results[0]
 
 
 def _unit_reduce(op: Op) -> bool:
@@ -122,7 +129,7 @@ def _unit_reduce(op: Op) -> bool:
 
 def reshape_like(op: Op) -> bool:
     """Ops that only rename a value's dimensions: each element keeps its flat index."""
-    return op.kind in ("reshape", "bitcast_convert") or op.kind == "reduce" and \
+    return op.kind in ("reshape", "bitcast_convert") or op.kind in ("reduce", "convert") and \
         op_class(op) == "free"
 
 

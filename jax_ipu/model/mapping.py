@@ -320,9 +320,9 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
     return None
 
 
-# Views whose elements keep their flat indices: the result is placed as its operand.
-# (a reduction of size-1 dimensions only is a reshape).
-_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce"})
+# Views whose elements keep their flat indices: the result is placed as its operand
+# (a reduction of size-1 dimensions only is a reshape; a conversion to its own type is nothing).
+_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce", "convert"})
 # Ops whose k-th result lives where their k-th operand does.
 _SAME_AS_OPERANDS = frozenset({"while", "optimization_barrier", "scatter",
                                "dynamic_update_slice"})
