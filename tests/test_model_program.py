@@ -129,11 +129,12 @@ def test_stencil_update_forms_cost_what_pad_costs():
 # --- fused expressions -------------------------------------------------------------------------
 def test_scalar_made_for_a_broadcast_is_computed_inside_the_expression():
     # x * (s * 2 + 1): the scalar's multiply and add join the vector multiply, one compute
-    # set. x float32[1024] is 32 elements (16 vectors) a tile; 3 ALU steps a vector outweigh
-    # the 2 accesses (x in, result out).
+    # set; each of the 6 workers works the scalar out once (2 ALU steps in its turn). x
+    # float32[1024] is 32 elements (16 vectors) a tile; a vector's 2 accesses (x in, result
+    # out) outweigh its one multiply.
     (row,) = _costed(_report(lambda x, s: x * (s * 2 + 1), _spec(1024), _spec()))
     assert row.note == "fused: 3 ops, 1 compute set"
-    assert row.cycles == V + _slots(16) * 3 * SIMPLE + SYNC
+    assert row.cycles == V + W * 2 * SIMPLE + _slots(16) * 2 + SYNC == 328
 
 
 _SAME_TYPE_CONVERT = """

@@ -286,18 +286,24 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(op_alu_cycles(o, width) for o in chain
-              if op_class(o) not in ("broadcast", "free"))
+    computing = [o for o in chain if op_class(o) not in ("broadcast", "free")]
+    # a scalar computed for a broadcast is worked out once by each worker, not per vector
+    once = {id(o): o for o in computing
+            if out.size > 1 and o.results and o.results[0].size == 1}
+    alu = sum(op_alu_cycles(o, width) for o in computing if id(o) not in once)
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
     placement, per_tile, tiles, received = _operand_tiles(out, streams, target, layouts)
     vectors = -(-per_tile // width)
-    arithmetic = sum(op_flops(o) for o in chain if op_class(o) == "elementwise")
+    arithmetic = sum(op_flops(o) * (1 if id(o) in once else out.size) for o in computing
+                     if op_class(o) == "elementwise")
     exchange = exchange_cycles(received, target)
+    scalars = target.worker_threads * sum(op_alu_cycles(o, 1) for o in once.values())
     return OpCost(
-        flops=out.size * arithmetic,
+        flops=arithmetic,
         bytes_accessed=out.size * (sum(s.type.itemsize for s in streams) + out.itemsize),
-        compute_cycles=target.vertex_cycles + worker_cycles(vectors, per_vector, target),
+        compute_cycles=target.vertex_cycles + scalars +
+        worker_cycles(vectors, per_vector, target),
         exchange_cycles=exchange, syncs=1 + (1 if exchange else 0), tiles=tiles,
         placement=placement)
 
