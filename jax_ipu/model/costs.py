@@ -371,11 +371,15 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     tiles_in = max(1, tiles_used(max(t.nbytes for t in read), target.num_tiles))
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
+    expression = [o for o in fused if op_class(o) in ("elementwise", "conversion")]
+    once = [o for o in expression if elems > 1 and o.results and o.results[0].size == 1]
     body = (sum(op_alu_cycles(o, width) for r in op.regions for o in r.ops) or 1) + \
-        sum(op_alu_cycles(o, width) for o in fused
-            if op_class(o) in ("elementwise", "conversion"))
+        sum(op_alu_cycles(o, width) for o in expression) - \
+        sum(op_alu_cycles(o, width) for o in once)
     per_vector = max(body, sum(_accesses(width, t, target) for t in read))
-    compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target)
+    # a fused scalar (made for a broadcast) is worked out once by each worker
+    compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target) \
+        + target.worker_threads * sum(op_alu_cycles(o, 1) for o in once)
     dims = op.attributes.get("dimensions") or []
     rank = len(inputs[0].shape)
     trailing = sorted(dims) == list(range(rank - len(dims), rank))
