@@ -126,6 +126,23 @@ def test_stencil_update_forms_cost_what_pad_costs():
         assert any(o.op_class == "static_copy" for o in report.ops)
 
 
+def _heat3d(form):
+    def step(u):
+        c = u[1:-1, 1:-1, 1:-1]
+        new = c + 0.1 * (u[2:, 1:-1, 1:-1] + u[:-2, 1:-1, 1:-1] + u[1:-1, 2:, 1:-1]
+                         + u[1:-1, :-2, 1:-1] + u[1:-1, 1:-1, 2:] + u[1:-1, 1:-1, :-2] - 6 * c)
+        return u.at[1:-1, 1:-1, 1:-1].set(new) if form == "at" else jnp.pad(new, 1)
+    return lambda u: lax.fori_loop(0, 5, lambda i, u: step(u), u)
+
+
+def test_heat_equation_loop_forms_cost_alike():
+    # the 3D heat step inside fori_loop with donated state: .at[].set within 1.5x of pad
+    at, pad = (_report(_heat3d(f), _spec(96, 96, 96), donate_argnums=0) for f in ("at", "pad"))
+    assert at.cycles.total <= 1.5 * pad.cycles.total
+    assert at.memory.max_tile_bytes <= 1.5 * pad.memory.max_tile_bytes
+    assert [o.executions for o in at.ops if o.op_class == "static_copy"] == [5]
+
+
 # --- fused expressions -------------------------------------------------------------------------
 def test_scalar_made_for_a_broadcast_is_computed_inside_the_expression():
     # x * (s * 2 + 1): the scalar's multiply and add join the vector multiply, one compute
