@@ -552,7 +552,8 @@ def static_copy(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     read. An operand that is a constant splat is written first (a fill), and so is one that is
     a view of other tensors (copied into a tensor of its own, its elements fetched)."""
     window = static_window(op)
-    assert window is not None  # op_class chose this rule because the window is static
+    if window is None or not op.operands[0].size or not math.prod(window.shape):
+        return OpCost(note="static copy of nothing")
     k = 1 if op.kind == "dynamic_update_slice" else -1  # a scatter's updates come last
     dst, update = op.operands[0], op.operands[k]
     base = layouts.of(op.operand_ids[0], dst)
