@@ -60,6 +60,8 @@ TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
 # Composites of library routines (lowering/linalg.py: Cholesky, triangular solve, QR) are kept
 # as one op each too: the model costs the routine Poplar would call (never the decomposition).
 LIBRARY_COMPOSITE_PREFIX = "jax_ipu.linalg_"
+# Integer tensors up to this many elements are followed as known values (index vectors).
+_MAX_KNOWN_INTS = 64
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 
@@ -245,6 +247,8 @@ class _Reader:
                     op.attributes["mesh"])
         self.next_id = 0
         self.constants: dict[int, Any] = {}
+        # small integer values known at compile time (flat), for constant-index updates
+        self.known_ints: dict[int, tuple[int, ...]] = {}
         self.shards: dict[int, tuple[int, ...]] = {}
         self.call_depth = 0
 
@@ -357,7 +361,43 @@ class _Reader:
             location=loc, regions=regions)
         if op.name == "stablehlo.while":
             result.trip_count = self.trip_count(result)
+        self.note_known_ints(result)
         return result
+
+    def note_known_ints(self, op: Op) -> None:
+        """Follow small integer tensors made of constants (the start indices jax builds for
+        x.at[1:-1].set(v) or dynamic_update_slice(x, v, (1, 1))), and mark an indexed op whose
+        indices all are: attributes["constant_indices"], their flat values in operand order.
+        The model then costs it as Poplar's backend does a constant slice or update."""
+        known = self.known_ints
+        kind = op.name.split(".", 1)[-1]  # not op.kind: tile_op renames the op after this
+        out = op.results[0] if len(op.results) == 1 else None
+        if out is not None and out.dtype.startswith(("int", "uint")) and \
+                0 < out.size <= _MAX_KNOWN_INTS:
+            value = op.attributes.get("value") if kind == "constant" else None
+            ins = [known.get(v) for v in op.operand_ids]
+            if isinstance(value, int):
+                known[op.result_ids[0]] = (value,) * out.size
+            elif isinstance(value, list):
+                flat = np.asarray(value).ravel().tolist()
+                if len(flat) == out.size and all(isinstance(x, int) for x in flat):
+                    known[op.result_ids[0]] = tuple(flat)
+            elif kind in ("convert", "reshape", "bitcast_convert") and ins and ins[0] and \
+                    len(ins[0]) == out.size and op.operands[0].dtype.startswith(("int", "uint")):
+                known[op.result_ids[0]] = ins[0]
+            elif kind == "broadcast_in_dim" and ins and ins[0] and len(ins[0]) == 1:
+                known[op.result_ids[0]] = ins[0] * out.size
+            elif kind == "concatenate" and ins and all(ins) and len(out.shape) == 1:
+                known[op.result_ids[0]] = tuple(x for part in ins for x in part)
+        first = {"dynamic_slice": 1, "dynamic_update_slice": 2}.get(kind)
+        if kind in ("scatter", "gather"):
+            first = (len(op.operand_ids) - 1) // 2 if kind == "scatter" else 1
+            index_ids = op.operand_ids[first:first + 1]
+        else:
+            index_ids = op.operand_ids[first:] if first is not None else ()
+        values = [known.get(v) for v in index_ids]
+        if values and all(v is not None for v in values):
+            op.attributes["constant_indices"] = [x for v in values for x in v]
 
     def tile_op(self, op: ir.Operation, env: ChainMap, outer: SourceLocation | None) -> Op:
         """A jax_ipu.tile composite as one op named after it, with its composite attributes; a

@@ -33,6 +33,8 @@ from jax_ipu.model.plans import Choice
 from jax_ipu.model.slicing import (
     Slab,
     Table,
+    copy_cycles,
+    fill_cycles,
     plan_dynamic_slice,
     plan_dynamic_update,
     plan_gather,
@@ -46,6 +48,7 @@ from jax_ipu.model.targets import (
     VECTOR_BYTES,
     Target,
 )
+from jax_ipu.model.windows import Window, static_window
 
 _TRANSCENDENTAL = {
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sine",
@@ -92,15 +95,30 @@ FUSABLE = frozenset({"elementwise", "conversion", "broadcast"})
 # Classes whose results are their operands, or views of them, not new memory.
 ALIASING = frozenset({"free", "view", "broadcast"})
 # Classes that update their first operand in place.
-IN_PLACE = frozenset({"dynamic_update_slice", "scatter"})
+IN_PLACE = frozenset({"dynamic_update_slice", "scatter", "static_copy"})
+# Indexed ops that become a static slice (a view) or a static copy at constant indices.
+_STATIC = {"dynamic_slice": "view", "dynamic_update_slice": "static_copy",
+           "scatter": "static_copy"}
 
 
 def op_class(op: Op) -> str:
     """The cost class of an op; unknown ops fall back to 'unmodelled'. A reduction over
-    dimensions of size 1 only is a reshape (XLA's simplifier makes it one): free."""
-    if op.kind == "reduce" and op.operands and _unit_reduce(op):
+    dimensions of size 1 only is a reshape (XLA's simplifier makes it one): free. A dynamic
+    slice at constant indices is a static slice (a view), a dynamic update or an overwriting
+    scatter of one window at constant indices a static copy, as Poplar's backend makes them."""
+    if op.kind == "reduce" and op.operands and _unit_reduce(op) or _same_type_convert(op):
         return "free"
+    if op.kind in _STATIC and "constant_indices" in op.attributes and \
+            static_window(op) is not None:
+        return _STATIC[op.kind]
     return OP_CLASSES.get(op.kind, "unmodelled")
+
+
+def _same_type_convert(op: Op) -> bool:
+    """A conversion to the type it already has: XLA's algebraic simplifier removes it (jax
+    writes them around loop counters and indices)."""
+    return op.kind == "convert" and len(op.operands) == 1 and len(op.results) == 1 and \
+        op.operands[0] == op.results[0]
 
 
 def _unit_reduce(op: Op) -> bool:
@@ -111,7 +129,7 @@ def _unit_reduce(op: Op) -> bool:
 
 def reshape_like(op: Op) -> bool:
     """Ops that only rename a value's dimensions: each element keeps its flat index."""
-    return op.kind in ("reshape", "bitcast_convert") or op.kind == "reduce" and \
+    return op.kind in ("reshape", "bitcast_convert") or op.kind in ("reduce", "convert") and \
         op_class(op) == "free"
 
 
@@ -268,18 +286,24 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     chain = [op, *fused]
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
-    alu = sum(op_alu_cycles(o, width) for o in chain
-              if op_class(o) not in ("broadcast", "free"))
+    computing = [o for o in chain if op_class(o) not in ("broadcast", "free")]
+    # a scalar computed for a broadcast is worked out once by each worker, not per vector
+    once = {id(o): o for o in computing
+            if out.size > 1 and o.results and o.results[0].size == 1}
+    alu = sum(op_alu_cycles(o, width) for o in computing if id(o) not in once)
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
     placement, per_tile, tiles, received = _operand_tiles(out, streams, target, layouts)
     vectors = -(-per_tile // width)
-    arithmetic = sum(op_flops(o) for o in chain if op_class(o) == "elementwise")
+    arithmetic = sum(op_flops(o) * (1 if id(o) in once else out.size) for o in computing
+                     if op_class(o) == "elementwise")
     exchange = exchange_cycles(received, target)
+    scalars = target.worker_threads * sum(op_alu_cycles(o, 1) for o in once.values())
     return OpCost(
-        flops=out.size * arithmetic,
+        flops=arithmetic,
         bytes_accessed=out.size * (sum(s.type.itemsize for s in streams) + out.itemsize),
-        compute_cycles=target.vertex_cycles + worker_cycles(vectors, per_vector, target),
+        compute_cycles=target.vertex_cycles + scalars +
+        worker_cycles(vectors, per_vector, target),
         exchange_cycles=exchange, syncs=1 + (1 if exchange else 0), tiles=tiles,
         placement=placement)
 
@@ -347,11 +371,15 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     tiles_in = max(1, tiles_used(max(t.nbytes for t in read), target.num_tiles))
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
+    expression = [o for o in fused if op_class(o) in ("elementwise", "conversion")]
+    once = [o for o in expression if elems > 1 and o.results and o.results[0].size == 1]
     body = (sum(op_alu_cycles(o, width) for r in op.regions for o in r.ops) or 1) + \
-        sum(op_alu_cycles(o, width) for o in fused
-            if op_class(o) in ("elementwise", "conversion"))
+        sum(op_alu_cycles(o, width) for o in expression) - \
+        sum(op_alu_cycles(o, width) for o in once)
     per_vector = max(body, sum(_accesses(width, t, target) for t in read))
-    compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target)
+    # a fused scalar (made for a broadcast) is worked out once by each worker
+    compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target) \
+        + target.worker_threads * sum(op_alu_cycles(o, 1) for o in once)
     dims = op.attributes.get("dimensions") or []
     rank = len(inputs[0].shape)
     trailing = sorted(dims) == list(range(rank - len(dims), rank))
@@ -515,6 +543,80 @@ def dynamic_update_slice(op: Op, fused: list[Op], target: Target, layouts: Layou
                     bytes_accessed=2 * update.nbytes)
 
 
+def static_copy(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
+    """An update at constant indices (x.at[1:-1, 1:-1].set(v), dynamic_update_slice(x, v,
+    (1, 1))): Poplar's XLA backend makes it a Copy of the update into that slice of the
+    operand, in place (graphcore/tensorflow's const_slice_update: Copy(update,
+    input.slice(begin, end))). An element whose destination tile already holds it is copied
+    on the tile; the others cross the exchange once. Nothing is multicast and no index is
+    read. An operand that is a constant splat is written first (a fill), and so is one that is
+    a view of other tensors (copied into a tensor of its own, its elements fetched)."""
+    window = static_window(op)
+    if window is None or not op.operands[0].size or not math.prod(window.shape):
+        return OpCost(note="static copy of nothing")
+    k = 1 if op.kind == "dynamic_update_slice" else -1  # a scatter's updates come last
+    dst, update = op.operands[0], op.operands[k]
+    base = layouts.of(op.operand_ids[0], dst)
+    source = layouts.of(op.operand_ids[k], update)
+    home = base if isinstance(base, Linear | Mapped) else fresh(dst, target.num_tiles)
+    written, received, tiles = _copied(source, update.size, window, dst, home, target)
+    written, received = written * update.itemsize, received * update.itemsize
+    regions = min(math.ceil(written / update.itemsize),
+                  math.ceil(written / update.itemsize / window.run(dst.shape)) + 1)
+    compute = copy_cycles(written, regions, target) if written else 0.0
+    syncs = (1 if written else 0) + (1 if received else 0)
+    note = ""
+    if home is not base:
+        per_tile = -(-dst.nbytes // max(1, tiles_used(dst.nbytes, target.num_tiles)))
+        if isinstance(base, Everywhere):
+            compute += fill_cycles(per_tile, 1, target)
+            note = "; the constant operand written first"
+        else:
+            moved = _view_moved(base, dst, home, target) * dst.itemsize
+            compute += copy_cycles(per_tile, 1, target)
+            received += moved
+            note = "; the operand (a view) copied into a tensor of its own first"
+        syncs += 1
+    exchange = exchange_cycles(received, target)
+    return OpCost(
+        bytes_accessed=2 * update.nbytes, compute_cycles=compute, exchange_cycles=exchange,
+        syncs=syncs, tiles=tiles, placement=home, plan="static copy",
+        note=f"static copy: constant indices (start {list(window.starts)}), copied in place; "
+             f"busiest tile writes {written:,.0f} B, {received:,.0f} B of them from other "
+             f"tiles{note}")
+
+
+def _copied(source: Placement, size: int, window: Window, dst: TensorType, home: Placement,
+            target: Target) -> tuple[float, float, int]:
+    """(elements the busiest tile writes, elements the busiest tile receives, tiles written)
+    when the `size` elements of an update living as `source` are copied into `window` of a
+    tensor of type dst living as `home`."""
+    r, scale, _ = sample_indices(size, source)
+    shape = window.shape
+    idx = np.unravel_index(r, shape) if shape else ()
+    flat = np.zeros_like(r)
+    for i, s, n in zip(idx, window.starts, dst.shape, strict=True):
+        flat = flat * n + (i + s)
+    to_tiles, _ = home.locate(flat)
+    from_tiles, _ = source.locate(r)
+    held = to_tiles >= 0
+    written = np.bincount(to_tiles[held], minlength=target.num_tiles) * scale
+    remote = held & (from_tiles >= 0) & (from_tiles != to_tiles)
+    received = np.bincount(to_tiles[remote], minlength=target.num_tiles) * scale
+    return float(written.max(initial=0)), float(received.max(initial=0)), \
+        int((written > 0).sum())
+
+
+def _view_moved(view: Placement, t: TensorType, home: Placement, target: Target) -> float:
+    """Elements the busiest tile receives when a view is copied into `home`."""
+    r, scale, _ = sample_indices(t.size, home)
+    to_tiles, _ = home.locate(r)
+    from_tiles, _ = view.locate(r)
+    remote = (from_tiles >= 0) & (to_tiles >= 0) & (from_tiles != to_tiles)
+    return float((np.bincount(to_tiles[remote], minlength=target.num_tiles) * scale)
+                 .max(initial=0))
+
+
 def _planned(choice: Choice, target: Target, **fields) -> OpCost:
     """An op's cost from the plan its planner chose, naming the runner-up and why it lost."""
     plan = choice.chosen
@@ -643,7 +745,8 @@ RULES: dict[str, Rule] = {
     "random": elementwise, "reduction": reduction, "window": window,
     "dot": dot, "conv": conv, "view": view, "rearrange": rearrange,
     "dynamic_slice": dynamic_slice, "dynamic_update_slice": dynamic_update_slice,
-    "gather": gather, "scatter": scatter, "sort": sort, "free": free, "constant": free,
+    "gather": gather, "scatter": scatter, "static_copy": static_copy, "sort": sort,
+    "free": free, "constant": free,
     "host": host, "custom_call": custom_call, "collective": collective,
     "unmodelled": unmodelled,
 }

@@ -89,23 +89,31 @@ def fusion(ops: list[Op], uses: Counter) -> dict[int, list[Op]]:
         if all(_folds_into(op, r, ops[j]) for j in js):
             parents[i] = js
 
-    def roots_of(i: int) -> set[int]:
-        found, todo = set(), [i]
-        while todo:
-            k = todo.pop()
-            if k in parents:
-                todo.extend(parents[k])
-            else:
-                found.add(k)
-        return found
-    # an expression must end in ops that compute it
-    for i in [i for i in parents if any(op_class(ops[k]) not in _ROOTS for k in roots_of(i))]:
-        del parents[i]
     groups: dict[int, list[Op]] = {}
-    for i in sorted(parents):
-        for root in sorted(roots_of(i)):
+    for i, found in sorted(_roots(ops, parents).items()):
+        for root in sorted(found):
             groups.setdefault(root, []).append(ops[i])
     return groups
+
+
+def _roots(ops: list[Op], parents: dict[int, list[int]]) -> dict[int, frozenset[int]]:
+    """The ops each folded op ends up computed in (those of its readers that are not folded
+    themselves, through any chain of folded readers). An expression must end in ops that
+    compute it: an op that would end in another (a broadcast a scatter reads, say) is not
+    folded, and is the end of its own producers' expression if it computes. A reader comes
+    after what it reads, so one pass from the block's end sees every reader's roots first:
+    linear in the block, where walking each path would be exponential in a residual
+    chain's depth (a = a + f(a)). Ops left unfolded are removed from `parents`."""
+    found: dict[int, frozenset[int]] = {}
+    for i in sorted(parents, reverse=True):
+        here: set[int] = set()
+        for j in parents[i]:
+            here |= found.get(j, {j})
+        if any(op_class(ops[k]) not in _ROOTS for k in here):
+            del parents[i]
+        else:
+            found[i] = frozenset(here)
+    return found
 
 
 def _folds_into(op: Op, r: int, consumer: Op) -> bool:
@@ -116,12 +124,24 @@ def _folds_into(op: Op, r: int, consumer: Op) -> bool:
     if (op_class(op) == "broadcast" or reshape_like(op)) and _fusable(consumer):
         return True
     if (op_class(consumer) in _EXPRESSIONS or reshape_like(consumer)) and \
-            consumer.results[0].size == op.results[0].size:
+        consumer.results[0].size == op.results[0].size:
+        return True
+    # A scalar made for a broadcast is computed inside the expression that reads the
+    # broadcast (popops' expressions take scalar operands): no compute set of its own.
+    if op_class(op) in _EXPRESSIONS and op_class(consumer) == "broadcast" and \
+            op.results[0].size == 1:
         return True
     # a reduction reads an expression of its input as it goes (a conversion to a wider
     # accumulator, a square...), never storing it
     return op_class(consumer) == "reduction" and op_class(op) in _EXPRESSIONS and \
         consumer.operand_ids[:1] == (r,)
+
+
+def fused_note(fused: list[Op]) -> str:
+    """What the report says of an expression: its computing ops (broadcasts and reshapes
+    only feed it) run as one vertex per tile in one compute set, as Poplar's map expressions."""
+    computing = 1 + sum(1 for o in fused if op_class(o) in _EXPRESSIONS)
+    return f"fused: {computing} ops, 1 compute set"
 
 
 def _cheap(op: Op) -> bool:
@@ -183,6 +203,8 @@ def cost_block(ops: list[Op], target: Target, uses: Counter, executions: int = 1
             continue
         fused = groups.get(i, [])
         cost = _cost(op, fused, target, layouts)
+        if cls in _ROOTS and any(op_class(o) in _EXPRESSIONS for o in fused):
+            cost.note = "; ".join(n for n in (fused_note(fused), cost.note) if n)
         _record(layouts, op, cls, cost)
         rows.append(OpRow(op, cls, cost, executions, depth, fused))
     _share_links(ops, rows, target)

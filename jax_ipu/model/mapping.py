@@ -13,6 +13,7 @@ import numpy as np
 
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.targets import MIN_BYTES_PER_TILE, TENSOR_GRAIN_BYTES
+from jax_ipu.model.windows import static_window
 
 # Elements whose tiles are looked at one by one; larger values are judged on a fixed sample
 # (model/costs.py's elementwise rule, for operands that are views or broadcasts).
@@ -255,8 +256,14 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
     attrs, kind = op.attributes, op.kind
     if kind in _SAME_ELEMENTS and out.size == a.size:
         return lambda r: (np.zeros_like(r), r)
-    if kind == "slice":
-        start, stride = attrs["start_indices"], attrs.get("strides") or [1] * len(a.shape)
+    if kind in ("slice", "dynamic_slice"):
+        if kind == "slice":
+            start, stride = attrs["start_indices"], attrs.get("strides") or [1] * len(a.shape)
+        else:  # at constant indices (a static slice): op_class says so before this is asked
+            window = static_window(op)
+            if window is None:
+                return None
+            start, stride = window.starts, [1] * len(a.shape)
         return _single(lambda res: ([s + i * st for i, s, st in zip(res, start, stride,
                                                                        strict=True)],
                                     _all_valid(res)), out, a)
@@ -313,9 +320,9 @@ def view_index(op: Op) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] 
     return None
 
 
-# Views whose elements keep their flat indices: the result is placed as its operand.
-# (a reduction of size-1 dimensions only is a reshape).
-_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce"})
+# Views whose elements keep their flat indices: the result is placed as its operand
+# (a reduction of size-1 dimensions only is a reshape; a conversion to its own type is nothing).
+_SAME_ELEMENTS = frozenset({"reshape", "bitcast_convert", "reduce", "convert"})
 # Ops whose k-th result lives where their k-th operand does.
 _SAME_AS_OPERANDS = frozenset({"while", "optimization_barrier", "scatter",
                                "dynamic_update_slice"})
@@ -401,7 +408,11 @@ class Layouts:
                 self._where[rid] = Everywhere(out.size)  # a splat
             return
         if op.kind in _SAME_AS_OPERANDS:
-            # results that are their operands (loop carries, barriers) or updated in place
+            # results that are their operands (loop carries, barriers) or updated in place;
+            # a static copy into a constant or a view says where its result lives
+            if placement is not None:
+                self._where[rid] = placement
+                return
             for k, r in enumerate(op.result_ids):
                 if k < len(operands) and op.results[k].size == operands[k][1].size:
                     self._where[r] = self.of(*operands[k])

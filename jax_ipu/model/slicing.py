@@ -257,7 +257,7 @@ def reduction_stages(depth: int, tiles: int, target: Target) -> int:
     return stages
 
 
-def _fill(nbytes: int, regions: int, target: Target) -> float:
+def fill_cycles(nbytes: int, regions: int, target: Target) -> float:
     """Writing a constant into nbytes of a tile held as `regions` separate pieces: PopLibs'
     Fill2d costs each piece its set-up (G-5), then one 64-bit store a cycle."""
     return target.vertex_cycles + regions * FILL_CYCLES_PER_REGION + \
@@ -311,7 +311,7 @@ def plan_scatter(t: Table, combine: bool, fill: bool, target: Target) -> Choice:
             csteps += more.compute_steps
         if fill:
             pieces = 1 if elems == t.row_elems else -(-rows_here // p)
-            compute += _fill(stored, pieces, target)
+            compute += fill_cycles(stored, pieces, target)
             syncs, csteps = syncs + 1, csteps + 1
         exchange += _to_result(stored, table_bytes, target)
         family = ("updates split, partial sums reduced" if p > 1 else "updates whole") + \
@@ -336,7 +336,7 @@ class Slab:
     placed: bool = True
 
 
-def _copy(nbytes: float, regions: int, target: Target) -> float:
+def copy_cycles(nbytes: float, regions: int, target: Target) -> float:
     """A copy vertex over `regions` pieces: their set-up, then a load and a store per 64 bits."""
     return target.vertex_cycles + regions * FILL_CYCLES_PER_REGION + \
         2 * nbytes / target.local_bytes_per_tile_cycle
@@ -357,14 +357,14 @@ def plan_dynamic_slice(s: Slab, target: Target) -> Choice:
     moved = 0 if s.placed else slab
     local = Plan("columns hold every row, slice copied out locally",
                  f"{columns} column tiles" + ("" if s.placed else ", operand rearranged"),
-                 _copy(here, s.slice_rows, target),
+                 copy_cycles(here, s.slice_rows, target),
                  _exchange(moved, target) + _to_result(here, out_bytes, target),
                  3 if moved else 2, columns, moved, 2 if moved else 1)
     receivers = max(1, min(target.num_tiles, -(-out_bytes // VECTOR_BYTES)))
     share = -(-out_bytes // receivers)
     candidates = share * -(-s.rows // s.slice_rows)
     every = Plan("every candidate row sent to the result's tiles",
-                 f"{receivers} result tiles", _copy(share, 1, target),
+                 f"{receivers} result tiles", copy_cycles(share, 1, target),
                  _exchange(candidates, target), 2, receivers, candidates, 1)
     return choose([local, every], target)
 
@@ -383,12 +383,13 @@ def plan_dynamic_update(s: Slab, target: Target) -> Choice:
     moved = 0 if s.placed else 2 * s.rows * width
     local = Plan("columns hold every row, update multicast by columns",
                  f"{columns} column tiles" + ("" if s.placed else ", operand rearranged"),
-                 _copy(here, s.slice_rows, target), _exchange(here + moved, target),
+                 copy_cycles(here, s.slice_rows, target), _exchange(here + moved, target),
                  2, columns, here, 1)
     operand_bytes = s.rows * s.row_elems * s.itemsize
     holders = max(1, min(target.num_tiles, -(-operand_bytes // VECTOR_BYTES)))
     held = -(-operand_bytes // holders)
     every = Plan("whole update multicast to every tile of the operand",
-                 f"{holders} operand tiles", _copy(min(held, update_bytes), 1, target),
+                 f"{holders} operand tiles", copy_cycles(min(held, update_bytes), 1, target),
                  _exchange(update_bytes, target), 2, holders, update_bytes, 1)
     return choose([local, every], target)
+
