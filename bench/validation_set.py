@@ -172,7 +172,7 @@ SET = [
     Entry("heat3d_at_loop", heat3d("at"), "within 1.5x of heat3d_pad_loop (cycles, busiest)"),
     Entry("heat3d_pad_loop", heat3d("pad"), "reference of the one above"),
     Entry("reaction_diffusion_loop", reaction_diffusion(True),
-          "busiest tile no larger than reaction_diffusion_step's (donated state)"),
+          "busiest tile's data no larger than reaction_diffusion_step's (donated state)"),
     Entry("reaction_diffusion_step", reaction_diffusion(False), "reference of the one above"),
     Entry("qr_256", qr, "cycles <= 256 x a fused column (qr_column_256 per trip)"),
     Entry("qr_column_256", qr_column, "reference of the one above: per trip of its loop"),
@@ -180,7 +180,7 @@ SET = [
           "no faster than its flops at the AMP peak; fits"),
     Entry("cnn_inference", cnn_inference, "no faster than its flops at the AMP peak; fits"),
     Entry("training_loop", training_step(True),
-          "busiest tile no larger than training_step's (donated params and momentum)"),
+          "busiest tile's data no larger than training_step's (donated params and momentum)"),
     Entry("training_step", training_step(False), "reference of the one above"),
 ]
 
@@ -192,6 +192,10 @@ def judge(entry: Entry) -> dict[str, Any]:
     report = jax_ipu.report(lowered)
     figure = {"cycles": report.cycles.total, "us": report.seconds * 1e6,
               "busiest_tile_bytes": report.memory.max_tile_bytes,
+              # the busiest tile's data: a loop adds its own control code (a counter, a
+              # compare, a branch) to every tile, which no aliasing can save
+              "busiest_data_bytes": report.memory.max_tile_bytes
+              - report.memory.code_bytes_per_tile,
               "fits": not report.memory.out_of_memory, "flops": report.flops,
               "clock_hz": report.target.clock_hz}
     loops = [o for o in report.ops if o.kind == "while"]
@@ -214,15 +218,15 @@ def invariants(f: dict[str, dict[str, Any]]) -> dict[str, bool]:
         "stencil2d_at": within("stencil2d_at", "stencil2d_pad"),
         "stencil2d_dus": within("stencil2d_dus", "stencil2d_pad"),
         "heat3d_at_loop": within("heat3d_at_loop", "heat3d_pad_loop"),
-        "reaction_diffusion_loop": f["reaction_diffusion_loop"]["busiest_tile_bytes"] <=
-        f["reaction_diffusion_step"]["busiest_tile_bytes"],
+        "reaction_diffusion_loop": f["reaction_diffusion_loop"]["busiest_data_bytes"] <=
+        f["reaction_diffusion_step"]["busiest_data_bytes"],
         "qr_256": f["qr_256"]["cycles"] <= 256 * f["qr_column_256"]["per_trip_cycles"],
         "transformer_block": f["transformer_block"]["cycles"] >= f["transformer_block"][
             "peak_cycles"] and f["transformer_block"]["fits"],
         "cnn_inference": f["cnn_inference"]["cycles"] >= f["cnn_inference"]["peak_cycles"]
         and f["cnn_inference"]["fits"],
-        "training_loop": f["training_loop"]["busiest_tile_bytes"] <=
-        f["training_step"]["busiest_tile_bytes"],
+        "training_loop": f["training_loop"]["busiest_data_bytes"] <=
+        f["training_step"]["busiest_data_bytes"],
     }
 
 
@@ -235,13 +239,14 @@ def main() -> None:
         figures[entry.name] = judge(entry)
         print(f"judged {entry.name}", file=sys.stderr)
     kept = invariants(figures)
-    print(f"{'program':26s} {'cycles':>12s} {'us':>10s} {'busiest tile':>14s} fits  "
-          f"invariant / source")
+    print(f"{'program':26s} {'cycles':>12s} {'us':>10s} {'busiest tile':>14s} "
+          f"{'its data':>10s} fits  invariant / source")
     for entry in SET:
         f = figures[entry.name]
         held = {True: "holds: ", False: "FAILS: "}.get(kept.get(entry.name), "")
         print(f"{entry.name:26s} {f['cycles']:12,.0f} {f['us']:10,.1f} "
-              f"{f['busiest_tile_bytes']:14,d} {'yes ' if f['fits'] else 'NO  '}  "
+              f"{f['busiest_tile_bytes']:14,d} {f['busiest_data_bytes']:10,d} "
+              f"{'yes ' if f['fits'] else 'NO  '}  "
               f"{held}{entry.check}")
     if args.json:
         args.json.write_text(json.dumps({"figures": figures, "invariants": kept}, indent=1))

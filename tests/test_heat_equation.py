@@ -51,6 +51,9 @@ def test_model_figures_of_the_forms(runs):
     # same grid and step temporaries, within 1.5x of each other
     at_set, pad, blocked = (figures[f] for f in FORMS)
     assert at_set[1] <= 1.5 * pad[1] and pad[1] <= 1.5 * at_set[1]
+    # .at[].set with constant indices is a static copy, as Poplar's XLA backend makes it: the
+    # two plain forms cost within 1.5x of each other (before: 303x at this size, a scatter)
+    assert at_set[0] <= 1.5 * pad[0] and pad[0] <= 1.5 * at_set[0]
     # one vertex a tile on its own band of rows, halo rows only across the exchange
     assert blocked[0] < pad[0]
     assert blocked[1] <= pad[1]

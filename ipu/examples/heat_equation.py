@@ -13,8 +13,8 @@ one vertex a tile does the whole step on them in one compute set; only each band
 cross the exchange. The plain forms' step is a fused expression over shifted slices of a grid
 the tile mapping spread without regard to its rows, run element by element, with the elements at
 each tile's edges fetched from other tiles. `.at[].set` with constant indices is a static copy
-in Poplar (XLA's backend makes it one): where the model still costs it as a scatter, its figures
-show that, not what the chip would do."""
+in Poplar (XLA's backend makes it one), and the model costs it as one: an in-place copy, on-tile
+where the layouts agree, so the first two forms cost about the same."""
 
 from __future__ import annotations
 

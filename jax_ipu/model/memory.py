@@ -142,7 +142,9 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                     b.end = max(b.end, last.get(rid, s))
                     if rid in outputs and b.category == "temporaries":
                         b.category = "outputs"
-                    if op.kind == "while" and not b.external and not b.through_loop:
+                    # a kept input a loop only reads stays the caller's, not loop state
+                    if op.kind == "while" and not b.external and not b.through_loop and \
+                            not b.always_live:
                         b.through_loop = True
                         b.name += (f", aliased with parameter {b.parameter} through the loop"
                                    if b.parameter >= 0 else ", carried through the loop")
@@ -202,11 +204,18 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
         # XLA gives a loop's operand, its body's argument and result and the loop's result one
         # buffer; it copies the operand first only when the operand is read after the loop, is
         # a parameter the caller keeps, or a constant (copy insertion).
+        # An element the body passes through unchanged (a closed-over input) is never
+        # written: it stays in its operand's buffer, kept or not (XLA copies only the
+        # indices whose value the body changes).
         if k >= len(op.operand_ids):
             return None
         held = buf_of.get(op.operand_ids[k], [])
-        if len(held) == 1 and last.get(op.operand_ids[k]) == step and \
-                not buffers[held[0]].always_live and _capacity(buffers[held[0]]) == nbytes:
+        body = op.regions[-1] if op.regions else None
+        through = body is not None and k < min(len(body.arg_ids), len(body.result_ids)) and \
+            body.result_ids[k] == body.arg_ids[k]
+        if len(held) == 1 and (through or (
+                last.get(op.operand_ids[k]) == step and not buffers[held[0]].always_live
+                and _capacity(buffers[held[0]]) == nbytes)):
             return held
         return None
     if cls in ALIASING:
