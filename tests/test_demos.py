@@ -94,7 +94,7 @@ def test_wave_halos_cross_the_ipu_links(tmp_path_factory: pytest.TempPathFactory
     # Each step, each IPU sends its last row down and its first row up: 2 rows of float32.
     proc, wave, plots = run_demo("wave_equation", "ipu", tmp_path_factory)
     assert float(wave["link_bytes"]) == 2 * COLS * 4
-    assert "IPU-Links: wave step: 512 B sent per IPU per step" in proc.stdout
+    assert "IPU-Links: wave step: each IPU sends 10,240 B per call (512 B per step)" in proc.stdout
     from matplotlib import image
 
     strip = image.imread(plots / "wave_equation_frames.png")

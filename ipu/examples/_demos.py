@@ -45,8 +45,9 @@ def step_costs(compiled: jax.stages.Compiled, device: jax.Device, steps: int,
           f"({report.seconds * 1e6:,.2f} us per call of {steps} step(s), "
           f"{report.cycles.total:,.0f} cycles at {hz / 1e9:.2f} GHz)")
     share = 100 * link_s / step_s if step_s else 0.0
-    print(f"IPU-Links: {label}: {link_bytes / steps:,.0f} B sent per IPU per step, "
-          f"{link_s * 1e6:,.3f} us per step ({share:.1f}% of the step)")
+    print(f"IPU-Links: {label}: each IPU sends {link_bytes:,} B per call "
+          f"({link_bytes / steps:,.4g} B per step), in {link_cycles / hz * 1e6:,.3f} us per call "
+          f"({share:.1f}% of its time)")
     # One line per source line: a loop's collectives, or a Python loop's, are summed.
     lines: dict[tuple[str, str], list] = {}
     for op in rows:
