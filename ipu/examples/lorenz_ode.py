@@ -18,6 +18,8 @@ _multi_device.request_devices(sys.argv[1:], default=8)
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import _common  # noqa: E402
 import _demos  # noqa: E402
@@ -33,14 +35,14 @@ CHAOTIC = 0.5
 
 
 def lorenz(state: jax.Array | np.ndarray, rho: jax.Array | np.ndarray,
-           xp: object = jnp) -> jax.Array | np.ndarray:
+           xp: Any = jnp) -> jax.Array | np.ndarray:
     """dx/dt of the Lorenz system, for states (..., 3)."""
     x, y, z = state[..., 0], state[..., 1], state[..., 2]
     return xp.stack([SIGMA * (y - x), x * (rho - z) - y, x * y - BETA * z], axis=-1)
 
 
 def rk4_step(state: jax.Array | np.ndarray, rho: jax.Array | np.ndarray, dt: float,
-             xp: object = jnp) -> jax.Array | np.ndarray:
+             xp: Any = jnp) -> jax.Array | np.ndarray:
     k1 = lorenz(state, rho, xp)
     k2 = lorenz(state + dt / 2 * k1, rho, xp)
     k3 = lorenz(state + dt / 2 * k2, rho, xp)
@@ -48,7 +50,7 @@ def rk4_step(state: jax.Array | np.ndarray, rho: jax.Array | np.ndarray, dt: flo
     return state + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
-def solve(steps: int, dt: float):
+def solve(steps: int, dt: float) -> Callable[..., tuple[jax.Array, jax.Array, jax.Array]]:
     """One device's program: its trajectories over `steps` steps, and the box around every
     device's trajectories."""
 

@@ -17,6 +17,8 @@ _multi_device.request_devices(sys.argv[1:], default=8)
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import _common  # noqa: E402
 import _demos  # noqa: E402
@@ -37,7 +39,7 @@ def initial_field(rows: int, cols: int) -> np.ndarray:
 
 
 def laplacian(u: jax.Array | np.ndarray, above: jax.Array | np.ndarray,
-              below: jax.Array | np.ndarray, xp: object = jnp) -> jax.Array | np.ndarray:
+              below: jax.Array | np.ndarray, xp: Any = jnp) -> jax.Array | np.ndarray:
     """The 5-point Laplacian of a block of rows, given the rows just above and below it; zero
     beyond the left and right edges (a fixed boundary)."""
     padded = xp.concatenate([above, u, below])
@@ -47,7 +49,8 @@ def laplacian(u: jax.Array | np.ndarray, above: jax.Array | np.ndarray,
     return (padded[:-2] + padded[2:]) + (left + right) - 4 * u
 
 
-def device_frame(n: int, steps: int, courant2: float):
+def device_frame(n: int, steps: int,
+                 courant2: float) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """One call's work on one device: `steps` leapfrog steps of its block, halos by ppermute."""
     down = [(k, k + 1) for k in range(n - 1)]  # my last row is the next device's upper halo
     up = [(k + 1, k) for k in range(n - 1)]  # my first row is the previous device's lower halo
