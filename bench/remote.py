@@ -7,7 +7,9 @@ local process and in a remote client, in alternating rounds (not a test: speed g
   donated state, each batch put from the host as the example does): time per step.
 
 Each round runs one fresh worker process per side; the figures are medians over the rounds,
-and the ratios are of those medians. Run: python bench/remote.py [--rounds 3]."""
+and the ratios are of those medians. The server's CPU time per operation is printed too (read
+from /proc by the remote worker): on a shared machine it varies far less than wall time.
+Run: python bench/remote.py [--rounds 3]."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+SERVER_PID_VAR = "BENCH_REMOTE_SERVER_PID"  # tells a remote worker whose CPU time to read
 
 
 def worker(calls: int, steps: int) -> dict[str, float]:
@@ -37,19 +40,33 @@ def worker(calls: int, steps: int) -> dict[str, float]:
 
     device = jax.devices("ipu")[0]
     out: dict[str, float] = {}
+    server = os.environ.get(SERVER_PID_VAR)
+
+    def server_cpu() -> float:
+        """The server's CPU seconds so far (user + system; 0 on a local run): a figure the
+        machine's other load changes far less than wall time."""
+        if not server:
+            return 0.0
+        with open(f"/proc/{server}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     f = jax.jit(lambda a: a * 2 + 1)
     x = jax.device_put(np.arange(8, dtype=np.float32), device)
     times = []
     for i in range(calls + calls // 10):
+        if i == calls // 10:  # after a warm-up
+            cpu = server_cpu()
         start = time.perf_counter()
         np.asarray(f(x))
-        if i >= calls // 10:  # after a warm-up
+        if i >= calls // 10:
             times.append(time.perf_counter() - start)
     out["call_read_s"] = statistics.median(times)
+    out["call_read_server_cpu_s"] = (server_cpu() - cpu) / calls
 
     host = np.random.default_rng(0).standard_normal(64 * MIB // 4).astype(np.float32)
     puts, reads = [], []
+    cpu = server_cpu()
     for _ in range(5):
         start = time.perf_counter()
         y = jax.device_put(host, device).block_until_ready()
@@ -60,6 +77,7 @@ def worker(calls: int, steps: int) -> dict[str, float]:
         assert back[-1] == host[-1]
         y.delete()
     out["put_64mib_s"], out["read_64mib_s"] = statistics.median(puts), statistics.median(reads)
+    out["put_read_64mib_server_cpu_s"] = (server_cpu() - cpu) / 5
 
     rng = np.random.default_rng(0)
     with jax.default_device(jax.devices("cpu")[0]):
@@ -70,7 +88,7 @@ def worker(calls: int, steps: int) -> dict[str, float]:
     images = rng.random((steps, 128, 784), dtype=np.float32)
     labels = rng.integers(0, 10, (steps, 128)).astype(np.int32)
     for phase in ("warm-up", "timed"):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), server_cpu()
         losses = []
         for i in range(steps if phase == "timed" else 3):
             batch = jax.device_put((images[i], labels[i]), device)
@@ -78,6 +96,7 @@ def worker(calls: int, steps: int) -> dict[str, float]:
             losses.append(loss)
         np.asarray(jnp.stack(losses))
     out["mnist_step_s"] = (time.perf_counter() - start) / steps
+    out["mnist_step_server_cpu_s"] = (server_cpu() - cpu) / steps
     return out
 
 
@@ -114,7 +133,7 @@ def main() -> None:
     try:
         line = server.stdout.readline()
         address = "grpc://" + line.split("listening on ")[1].split()[0]
-        remote_env = {**base, "JAX_IPU_REMOTE": address}
+        remote_env = {**base, "JAX_IPU_REMOTE": address, SERVER_PID_VAR: str(server.pid)}
         results: dict[str, list[dict[str, float]]] = {"local": [], "remote": []}
         loads = [_load()]
         for _ in range(args.rounds):
@@ -143,6 +162,10 @@ def main() -> None:
     print(f"{'':34}{'local':>12}{'remote':>12}{'remote/local':>14}")
     for name, local, remote, unit in rows:
         print(f"{name:34}{local:12.3f}{remote:12.3f}{remote / local:14.2f}  {unit}")
+    print("server CPU (user + system) per operation, remote runs: "
+          f"{med('remote', 'call_read_server_cpu_s') * 1e3:.3f} ms per call + read-back; "
+          f"{med('remote', 'put_read_64mib_server_cpu_s') * 1e3:.0f} ms per 64 MiB put + "
+          f"read-back; {med('remote', 'mnist_step_server_cpu_s') * 1e3:.2f} ms per MNIST step")
 
 
 if __name__ == "__main__":

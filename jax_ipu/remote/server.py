@@ -334,7 +334,10 @@ class IfrtProxyServer:
             if size < 0:
                 raise HostBufferError("INVALID_ARGUMENT", f"buffer_size {size}")
             session.host_buffers.reserve(size)
-            buffer = np.empty(size, np.uint8)  # filled below: no need to zero it first
+            # A buffer sent in one message (a training batch, say) is kept as it came, a view of
+            # grpc's bytes; one in several is copied into one array as its pieces arrive.
+            first: memoryview | None = None
+            buffer: np.ndarray | None = None
             filled = 0
             for chunk in chunks:
                 for number, value in fields(chunk):
@@ -345,12 +348,20 @@ class IfrtProxyServer:
                         raise HostBufferError("INVALID_ARGUMENT",
                                               f"host buffer {metadata.handle} runs past its "
                                               f"buffer_size {size}")
-                    buffer[filled:end] = value
+                    if first is None:
+                        first = value
+                    else:
+                        if buffer is None:
+                            buffer = np.empty(size, np.uint8)  # filled here: not zeroed first
+                            buffer[:filled] = first
+                        buffer[filled:end] = value
                     filled = end
             if filled != size:
                 raise HostBufferError("DATA_LOSS", f"host buffer {metadata.handle}: {filled} "
                                       f"of its {size} bytes arrived")
-            session.host_buffers.store(metadata.handle, memoryview(buffer).cast("B"))
+            data = (memoryview(buffer).cast("B") if buffer is not None else
+                    first if first is not None else memoryview(b""))
+            session.host_buffers.store(metadata.handle, data)
         except (HostBufferError, WireError) as exc:
             _abort(context, status_of(exc))
         return b""
