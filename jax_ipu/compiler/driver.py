@@ -5,8 +5,10 @@ The runtime calls it once per PJRT compile; nothing else in the compiler is the 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +21,11 @@ from jax_ipu.compiler.program import lent_context, parse, read_program
 from jax_ipu.model.ir import Program, TensorType
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.model.targets import Target
+from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
 logger = logging.getLogger(__name__)
+
+WAKE_S = 0.05  # how often a compile waiting for XLA:CPU's build can be stopped
 
 
 @dataclass
@@ -39,32 +44,105 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     """Read the StableHLO `code` once, refuse what `target` cannot run, judge it with the model
     (IpuOutOfMemoryError unless `allow_out_of_memory`), build its numerics on `cpu_client` for
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
-    collectives XLA's SPMD partitioner inserted while building them."""
+    collectives XLA's SPMD partitioner inserted while building them.
+
+    XLA:CPU builds on a thread of its own while the model judges here: its build holds no GIL.
+    A program with jax_ipu.tile cycle counters is built after the judgement, which stamps its
+    counts into it. An error of the judgement wins over one of the build."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
-    with lent_context(len(code)) as context:
+    lent = ExitStack()
+    context = lent.enter_context(lent_context(len(code)))
+    build = None
+    try:
         module = parse(code, context)
         program = read_program(module)
         read = time.perf_counter()
-        report = judge_program(program, target, allow_out_of_memory)
+        if CYCLE_COUNT_TARGET.encode() not in code:
+            # the build thread owns the module and gives the context back when it ends
+            build = _Build(numerics.build, (cpu_client, code, module, parsed_options, assignment,
+                                            cpu_device_of), lent)
+            build.start()
+            del module
+        report = _judge(program, target, allow_out_of_memory, build)
         judged = time.perf_counter()
-        # jax_ipu.tile's cycle counters return the model's count at their point of the program
-        # (XLA:CPU compiles the module so stamped).
-        numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
-        cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
-                                        cpu_device_of)
-        del module  # nothing of the context outlives the compile that borrowed it
+        if build is None:
+            # jax_ipu.tile's cycle counters return the model's count at their point of the
+            # program (XLA:CPU compiles the module so stamped).
+            numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
+            cpu_executable = numerics.build(cpu_client, code, module, parsed_options,
+                                            assignment, cpu_device_of)
+            del module  # nothing of the context outlives the compile that borrowed it
+        else:
+            cpu_executable = build.result()
+    finally:
+        if build is None:
+            lent.close()
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's
         hlo = cpu_executable.hlo_modules()[0].as_serialized_hlo_module_proto()
         outputs = entry_result_types(hlo)
         report = judge_partitioned(program, report, hlo)
-    logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s, partitioned %.3f s",
-                 program.name, read - start, judged - read, built - judged,
+    logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s more, partitioned "
+                 "%.3f s", program.name, read - start, judged - read, built - judged,
                  time.perf_counter() - built)
     return Compiled(program, report, cpu_executable, assignment, outputs)
+
+
+def _judge(program: Program, target: Target, allow_out_of_memory: bool,
+           build: _Build | None) -> ProgramReport:
+    """The model's judgement; when it refuses the program, the refusal once the build under
+    way ended (so that nothing of this compile runs on). A compile abandoned by its caller (a
+    BaseException, as Ctrl-C is) leaves at once: the build ends on its own."""
+    try:
+        return judge_program(program, target, allow_out_of_memory)
+    except Exception:
+        if build is not None:
+            build.wait()
+        raise
+
+
+class _Build:
+    """XLA:CPU's build of a program on a thread of its own; `lent` (the MLIR context the
+    program was read into) is given back when the build ends, whoever waited for it."""
+
+    def __init__(self, build: Callable[..., Any], args: tuple[Any, ...], lent: ExitStack
+                 ) -> None:
+        self._args, self._lent = args, lent
+        self._build, self._value, self._error = build, None, None
+        self._done = threading.Event()
+        # not a daemon (as threads made by jaxlib's are): the interpreter waits for a build
+        # left running by a Ctrl-C before it exits, and does not kill it inside XLA
+        self._thread = threading.Thread(target=self._run, name="jax_ipu-xla-build",
+                                        daemon=False)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._build(*self._args)
+        except BaseException as e:  # noqa: BLE001 - handed to the compile that waits
+            self._error = e
+        finally:
+            self._args = None  # the module, before its context goes back
+            self._lent.close()
+            self._done.set()
+
+    def wait(self) -> None:
+        """Until the build ended. A compile abandoned meanwhile leaves at once: the wait wakes
+        to let an exception raised in this thread through."""
+        while not self._done.wait(WAKE_S):
+            pass
+
+    def result(self) -> Any:
+        """The XLA:CPU executable, once built (its error, if the build failed)."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def load(options: bytes, cpu_executable: bytes, program: Program, report: ProgramReport,
