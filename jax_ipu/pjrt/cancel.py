@@ -100,6 +100,17 @@ def watched() -> Iterator[None]:
         watch.callers.clear()
 
 
+def register() -> None:
+    """Have jax's compile ask interrupted_compile about its errors (once a process)."""
+    global _registered
+    if not _registered:
+        _internals.register_xla_runtime_error_handler(interrupted_compile)
+        _registered = True
+
+
+_registered = False
+
+
 def interrupted_compile(error: Exception) -> BaseException | None:
     """jax's compile error handler: the CANCELLED error of a Ctrl-C taken inside a slot becomes
     the KeyboardInterrupt error.c set pending again, raised here and not after the next lines of

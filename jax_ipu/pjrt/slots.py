@@ -705,7 +705,7 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     check_plan_type(ExecutePlan)
     sub_byte = [d.pjrt for d in dtypes.TABLE if 0 < d.bits < 8]
     _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte)
-    _internals.register_xla_runtime_error_handler(cancel.interrupted_compile)
+    cancel.register()
     return _table.capsule()
 
 
