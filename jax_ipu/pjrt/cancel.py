@@ -68,6 +68,7 @@ def _watch_loop() -> None:
                 if not w.stopped and all(frames.get(t) is not f for t, f in w.callers.items()):
                     w.stopped = True
                     _raise_in(w.worker, CompileAbandoned)
+            del frames  # they hold what the compiling calls hold (a program's callbacks)
             _lock.wait(POLL_S)
 
 
