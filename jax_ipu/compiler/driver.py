@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,39 +45,40 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
     collectives XLA's SPMD partitioner inserted while building them.
 
-    XLA:CPU builds on a thread of its own while the model judges here: its build holds no GIL.
-    A program with jax_ipu.tile cycle counters is built after the judgement, which stamps its
-    counts into it. An error of the judgement wins over one of the build."""
+    XLA:CPU builds the program on a thread of its own, from its own reading of `code`, while
+    the model reads and judges it here: XLA:CPU's build holds no GIL. A program with
+    jax_ipu.tile cycle counters is built after the judgement, which stamps its counts into it.
+    An error of the model wins over one of the build, and comes once the build ended."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
-    lent = ExitStack()
-    context = lent.enter_context(lent_context(len(code)))
     build = None
+    if CYCLE_COUNT_TARGET.encode() not in code:
+        build = _Build(_parse_and_build, (cpu_client, code, parsed_options, assignment,
+                                          cpu_device_of))
+        build.start()
     try:
-        module = parse(code, context)
-        program = read_program(module)
-        read = time.perf_counter()
-        if CYCLE_COUNT_TARGET.encode() not in code:
-            # the build thread owns the module and gives the context back when it ends
-            build = _Build(numerics.build, (cpu_client, code, module, parsed_options, assignment,
-                                            cpu_device_of), lent)
-            build.start()
-            del module
-        report = _judge(program, target, allow_out_of_memory, build)
-        judged = time.perf_counter()
-        if build is None:
-            # jax_ipu.tile's cycle counters return the model's count at their point of the
-            # program (XLA:CPU compiles the module so stamped).
-            numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
-            cpu_executable = numerics.build(cpu_client, code, module, parsed_options,
-                                            assignment, cpu_device_of)
+        with lent_context(len(code)) as context:
+            module = parse(code, context)
+            program = read_program(module)
+            read = time.perf_counter()
+            report = judge_program(program, target, allow_out_of_memory)
+            judged = time.perf_counter()
+            if build is None:
+                # jax_ipu.tile's cycle counters return the model's count at their point of the
+                # program (XLA:CPU compiles the module so stamped).
+                numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
+                cpu_executable = numerics.build(cpu_client, code, module, parsed_options,
+                                                assignment, cpu_device_of)
             del module  # nothing of the context outlives the compile that borrowed it
-        else:
-            cpu_executable = build.result()
-    finally:
-        if build is None:
-            lent.close()
+    except Exception:
+        # A refusal once nothing of this compile runs on. A compile abandoned by its caller
+        # (a BaseException, as Ctrl-C is) leaves at once: the build ends on its own.
+        if build is not None:
+            build.wait()
+        raise
+    if build is not None:
+        cpu_executable = build.result()
     built = time.perf_counter()
     outputs = program.outputs
     if assignment.shape[1] > 1:  # SPMD: per-device shapes and collectives are XLA's
@@ -91,27 +91,25 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     return Compiled(program, report, cpu_executable, assignment, outputs)
 
 
-def _judge(program: Program, target: Target, allow_out_of_memory: bool,
-           build: _Build | None) -> ProgramReport:
-    """The model's judgement; when it refuses the program, the refusal once the build under
-    way ended (so that nothing of this compile runs on). A compile abandoned by its caller (a
-    BaseException, as Ctrl-C is) leaves at once: the build ends on its own."""
-    try:
-        return judge_program(program, target, allow_out_of_memory)
-    except Exception:
-        if build is not None:
-            build.wait()
-        raise
+def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
+                     cpu_device_of: Mapping[int, Any]) -> Any:
+    """XLA:CPU's executable of `code`, read into a context of its own (MLIR contexts are not
+    shared between threads)."""
+    with lent_context(len(code)) as context:
+        module = parse(code, context)
+        executable = numerics.build(cpu_client, code, module, options, assignment,
+                                    cpu_device_of)
+        del module
+    return executable
 
 
 class _Build:
-    """XLA:CPU's build of a program on a thread of its own; `lent` (the MLIR context the
-    program was read into) is given back when the build ends, whoever waited for it."""
+    """A call on a thread of its own (XLA:CPU's build), waited for in short sleeps so that a
+    compile abandoned meanwhile can leave at once."""
 
-    def __init__(self, build: Callable[..., Any], args: tuple[Any, ...], lent: ExitStack
-                 ) -> None:
-        self._args, self._lent = args, lent
-        self._build, self._value, self._error = build, None, None
+    def __init__(self, build: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._build, self._args = build, args
+        self._value, self._error = None, None
         self._done = threading.Event()
         # not a daemon (as threads made by jaxlib's are): the interpreter waits for a build
         # left running by a Ctrl-C before it exits, and does not kill it inside XLA
@@ -127,13 +125,12 @@ class _Build:
         except BaseException as e:  # noqa: BLE001 - handed to the compile that waits
             self._error = e
         finally:
-            self._args = None  # the module, before its context goes back
-            self._lent.close()
+            self._args = None
             self._done.set()
 
     def wait(self) -> None:
-        """Until the build ended. A compile abandoned meanwhile leaves at once: the wait wakes
-        to let an exception raised in this thread through."""
+        """Until the build ended; wakes every WAKE_S to let an exception raised in this thread
+        (the compile abandoned) through."""
         while not self._done.wait(WAKE_S):
             pass
 
