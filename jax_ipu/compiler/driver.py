@@ -25,6 +25,9 @@ from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 logger = logging.getLogger(__name__)
 
 WAKE_S = 0.05  # how often a compile waiting for XLA:CPU's build can be stopped
+# Programs smaller than this are judged in about a millisecond: a thread and a second reading
+# of the program cost more than they would hide, and XLA:CPU builds after the judgement.
+OVERLAP_MIN_BYTES = 1 << 12
 
 
 @dataclass
@@ -45,15 +48,16 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
     collectives XLA's SPMD partitioner inserted while building them.
 
-    XLA:CPU builds the program on a thread of its own, from its own reading of `code`, while
-    the model reads and judges it here: XLA:CPU's build holds no GIL. A program with
-    jax_ipu.tile cycle counters is built after the judgement, which stamps its counts into it.
-    An error of the model wins over one of the build, and comes once the build ended."""
+    XLA:CPU builds a large program on a thread of its own, from its own reading of `code`,
+    while the model reads and judges it here: XLA:CPU's build holds no GIL. A small program,
+    and one with jax_ipu.tile cycle counters (the judgement stamps its counts into it), is
+    built after the judgement. An error of the model wins over one of the build, and comes
+    once the build ended."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
     build = None
-    if CYCLE_COUNT_TARGET.encode() not in code:
+    if len(code) >= OVERLAP_MIN_BYTES and CYCLE_COUNT_TARGET.encode() not in code:
         build = _Build(_parse_and_build, (cpu_client, code, parsed_options, assignment,
                                           cpu_device_of))
         build.start()
