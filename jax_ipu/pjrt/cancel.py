@@ -10,6 +10,7 @@ reaches the user as KeyboardInterrupt through jax's compile error handlers."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 import logging
 import sys
@@ -46,9 +47,14 @@ _watcher: threading.Thread | None = None
 def _waiting_callers(worker: int) -> dict[int, Any]:
     """The threads other than `worker` whose innermost Python frame is jax's compile function
     (one of them called this compile; several compile at once only from several threads)."""
-    compiling = getattr(inspect.unwrap(_internals.backend_compile_and_load), "__code__", None)
+    compiling = _compiling_code()
     return {tid: frame for tid, frame in sys._current_frames().items()
             if tid != worker and frame.f_code is compiling}
+
+
+@functools.cache
+def _compiling_code() -> Any:
+    return getattr(inspect.unwrap(_internals.backend_compile_and_load), "__code__", None)
 
 
 def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -63,13 +69,13 @@ def _watch_loop() -> None:
         with _lock:
             while not _watches:
                 _lock.wait()
+            _lock.wait(POLL_S)  # a compile shorter than this is never looked at
             frames = sys._current_frames()
             for w in _watches:
                 if not w.stopped and all(frames.get(t) is not f for t, f in w.callers.items()):
                     w.stopped = True
                     _raise_in(w.worker, CompileAbandoned)
             del frames  # they hold what the compiling calls hold (a program's callbacks)
-            _lock.wait(POLL_S)
 
 
 @contextmanager
