@@ -13,6 +13,7 @@ import ctypes
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,16 @@ _watches: list[_Watch] = []
 _watcher: threading.Thread | None = None
 
 
+def _forked() -> None:
+    """In a forked child: no watcher thread came along; the next compile starts one."""
+    global _lock, _watcher
+    _lock, _watcher = threading.Condition(), None
+    _watches.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _waiting_callers(worker: int) -> dict[int, Any]:
     """The threads other than `worker` whose innermost Python frame is jax's compile function
     (one of them called this compile; several compile at once only from several threads)."""
@@ -64,6 +75,16 @@ def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
                                                ctypes.py_object(exc) if exc else None)
 
 
+def _on_stack(top: Any, frame: Any) -> bool:
+    """Whether `frame` is on the stack whose innermost frame is `top` (a thread waiting in
+    jax's compile may run a signal handler or a finaliser above it meanwhile)."""
+    while top is not None:
+        if top is frame:
+            return True
+        top = top.f_back
+    return False
+
+
 def _watch_loop() -> None:
     while True:
         with _lock:
@@ -72,7 +93,8 @@ def _watch_loop() -> None:
             _lock.wait(POLL_S)  # a compile shorter than this is never looked at
             frames = sys._current_frames()
             for w in _watches:
-                if not w.stopped and all(frames.get(t) is not f for t, f in w.callers.items()):
+                if not w.stopped and not any(_on_stack(frames.get(t), f)
+                                             for t, f in w.callers.items()):
                     w.stopped = True
                     _raise_in(w.worker, CompileAbandoned)
             del frames  # they hold what the compiling calls hold (a program's callbacks)
