@@ -163,6 +163,9 @@ _compiler = _module("jax._src.compiler")
 
 # jax compiles every program inside this function, on the thread of the user's call.
 backend_compile_and_load = _attr(_compiler, "backend_compile_and_load")
+# handler(JaxRuntimeError) -> exception to raise instead, or None; asked by that function.
+register_xla_runtime_error_handler = _attr(_compiler, "register_xla_runtime_error_handler",
+                                           ("handler_fn",))
 # Eager ops run as one-primitive programs through this function (their lowering is cached, so
 # the source lines inside such a program are those of the op's first use).
 apply_primitive = _attr(_dispatch, "apply_primitive")

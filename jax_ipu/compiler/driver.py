@@ -5,8 +5,9 @@ The runtime calls it once per PJRT compile; nothing else in the compiler is the 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,14 @@ from jax_ipu.compiler.program import lent_context, parse, read_program
 from jax_ipu.model.ir import Program, TensorType
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.model.targets import Target
+from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 
 logger = logging.getLogger(__name__)
+
+WAKE_S = 0.05  # how often a compile waiting for XLA:CPU's build can be stopped
+# Programs smaller than this are judged in about a millisecond: a thread and a second reading
+# of the program cost more than they would hide, and XLA:CPU builds after the judgement.
+OVERLAP_MIN_BYTES = 1 << 12
 
 
 @dataclass
@@ -40,22 +47,43 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     """Read the StableHLO `code` once, refuse what `target` cannot run, judge it with the model
     (IpuOutOfMemoryError unless `allow_out_of_memory`), build its numerics on `cpu_client` for
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
-    collectives XLA's SPMD partitioner inserted while building them."""
+    collectives XLA's SPMD partitioner inserted while building them.
+
+    XLA:CPU builds a large program on a thread of its own, from its own reading of `code`,
+    while the model reads and judges it here: XLA:CPU's build holds no GIL. A small program,
+    and one with jax_ipu.tile cycle counters (the judgement stamps its counts into it), is
+    built after the judgement. An error of the model wins over one of the build, and comes
+    once the build ended."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
-    with lent_context(len(code)) as context:
-        module = parse(code, context)
-        program = read_program(module)
-        read = time.perf_counter()
-        report = judge_program(program, target, allow_out_of_memory)
-        judged = time.perf_counter()
-        # jax_ipu.tile's cycle counters return the model's count at their point of the program
-        # (XLA:CPU compiles the module so stamped).
-        numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
-        cpu_executable = numerics.build(cpu_client, code, module, parsed_options, assignment,
-                                        cpu_device_of)
-        del module  # nothing of the context outlives the compile that borrowed it
+    build = None
+    if len(code) >= OVERLAP_MIN_BYTES and CYCLE_COUNT_TARGET.encode() not in code:
+        build = _Build(_parse_and_build, (cpu_client, code, parsed_options, assignment,
+                                          cpu_device_of))
+        build.start()
+    try:
+        with lent_context(len(code)) as context:
+            module = parse(code, context)
+            program = read_program(module)
+            read = time.perf_counter()
+            report = judge_program(program, target, allow_out_of_memory)
+            judged = time.perf_counter()
+            if build is None:
+                # jax_ipu.tile's cycle counters return the model's count at their point of the
+                # program (XLA:CPU compiles the module so stamped).
+                numerics.stamp_cycle_counts(module, (report.tiles or {}).get("counters", {}))
+                cpu_executable = numerics.build(cpu_client, code, module, parsed_options,
+                                                assignment, cpu_device_of)
+            del module  # nothing of the context outlives the compile that borrowed it
+    except Exception:
+        # A refusal once nothing of this compile runs on. A compile abandoned by its caller
+        # (a BaseException, as Ctrl-C is) leaves at once: the build ends on its own.
+        if build is not None:
+            build.wait()
+        raise
+    if build is not None:
+        cpu_executable = build.result()
     built = time.perf_counter()
     # The model's aliasing through loops, checked against XLA:CPU's own buffer assignment
     # (read only for programs with loops: it is as large as the program).
@@ -66,10 +94,61 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
         hlo = cpu_executable.hlo_modules()[0].as_serialized_hlo_module_proto()
         outputs = entry_result_types(hlo)
         report = judge_partitioned(program, report, hlo)
-    logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s, partitioned %.3f s",
-                 program.name, read - start, judged - read, built - judged,
+    logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s more, partitioned "
+                 "%.3f s", program.name, read - start, judged - read, built - judged,
                  time.perf_counter() - built)
     return Compiled(program, report, cpu_executable, assignment, outputs)
+
+
+def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
+                     cpu_device_of: Mapping[int, Any]) -> Any:
+    """XLA:CPU's executable of `code`, read into a context of its own (MLIR contexts are not
+    shared between threads)."""
+    with lent_context(len(code)) as context:
+        module = parse(code, context)
+        executable = numerics.build(cpu_client, code, module, options, assignment,
+                                    cpu_device_of)
+        del module
+    return executable
+
+
+class _Build:
+    """A call on a thread of its own (XLA:CPU's build), waited for in short sleeps so that a
+    compile abandoned meanwhile can leave at once."""
+
+    def __init__(self, build: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._build, self._args = build, args
+        self._value, self._error = None, None
+        self._done = threading.Event()
+        # not a daemon (as threads made by jaxlib's are): the interpreter waits for a build
+        # left running by a Ctrl-C before it exits, and does not kill it inside XLA
+        self._thread = threading.Thread(target=self._run, name="jax_ipu-xla-build",
+                                        daemon=False)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._build(*self._args)
+        except BaseException as e:  # noqa: BLE001 - handed to the compile that waits
+            self._error = e
+        finally:
+            self._args = None
+            self._done.set()
+
+    def wait(self) -> None:
+        """Until the build ended; wakes every WAKE_S to let an exception raised in this thread
+        (the compile abandoned) through."""
+        while not self._done.wait(WAKE_S):
+            pass
+
+    def result(self) -> Any:
+        """The XLA:CPU executable, once built (its error, if the build failed)."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def load(options: bytes, cpu_executable: bytes, program: Program, report: ProgramReport,

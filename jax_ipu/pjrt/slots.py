@@ -16,7 +16,7 @@ import numpy as np
 
 from jax_ipu import _internals, dtypes
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError, from_host_callback
-from jax_ipu.pjrt import _table, abi
+from jax_ipu.pjrt import _table, abi, cancel
 from jax_ipu.pjrt.waiter import Waiter
 from jax_ipu.profile import tracing
 from jax_ipu.runtime.client import IpuClient, Settings, live_clients
@@ -60,6 +60,8 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     callback raised while the program ran becomes what it would have been raised directly."""
     if isinstance(exc, IpuOutOfMemoryError):
         return abi.CODE["RESOURCE_EXHAUSTED"], str(exc)
+    if isinstance(exc, cancel.CompileAbandoned):  # nobody waits for this error
+        return abi.CODE["CANCELLED"], "the compile was abandoned by its caller"
     if not isinstance(exc, IpuError):
         code, separator, message = str(exc).partition(": ")
         if separator and code in abi.CODE:
@@ -271,7 +273,8 @@ def client_compile(args: Any) -> None:
         raise NotImplementedError(f"jax_ipu compiles StableHLO ('mlir') programs, not {fmt!r}.")
     code = ctypes.string_at(program.code, program.code_size)
     options = ctypes.string_at(args.compile_options, args.compile_options_size)
-    executable = client.compile(code, options)
+    with cancel.watched():
+        executable = client.compile(code, options)
     args.executable = _table.give(_table.new_executable(executable, executable.plan))
 
 
@@ -702,6 +705,7 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     check_plan_type(ExecutePlan)
     sub_byte = [d.pjrt for d in dtypes.TABLE if 0 < d.bits < 8]
     _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte)
+    cancel.register()
     return _table.capsule()
 
 

@@ -133,6 +133,13 @@ class IpuExecutable:
             return (False,) * self.num_outputs
         return tuple(not _row_major(layout) for layout in self.layouts[1])
 
+    @property
+    def may_fail(self) -> bool:
+        """Whether a run can fail while XLA:CPU runs it, after the call returned: a custom call
+        (host callbacks, jax_ipu.tile's codelets) can, and so can devices of other processes.
+        Other programs fail only on inputs that failed, which C sees in their events."""
+        return len(self.devices) > len(self.addressable) or b"custom_call" in self.code
+
     @functools.cached_property
     def plan(self) -> ExecutePlan:
         """How Execute runs the program (read once by the PJRT layer, when it loads this)."""
@@ -163,7 +170,7 @@ class IpuExecutable:
             output_memories=tuple(tuple(d.memory_of(kind).handle for kind in kinds)
                                   for d in self.addressable),
             clocks=tuple(d.clock for d in self.addressable), advance=self.advance,
-            run=run, direct=direct, with_token=with_token,
+            run=run, direct=direct, with_token=with_token, may_fail=self.may_fail,
             assemble=self.assemble if len(self.addressable) > 1 else None,
             after=self._profile if self.profiler else None,
             refusal=NOT_FITTING.format(name=self.name) if self.report.memory.out_of_memory

@@ -36,6 +36,9 @@ class ExecutePlan:
     run: Callable[..., Any]  # direct: run(*arrays) -> outputs; else XLA:CPU's execute_sharded
     direct: bool  # one device, outputs to watch, no tokens
     with_token: bool  # completion is XLA:CPU's token (several devices, or no outputs)
+    # a run can fail inside XLA:CPU (host callbacks, custom calls, other processes' devices):
+    # its outputs are asked for its error even when they are ready at once
+    may_fail: bool
     assemble: Callable[[list[list[Any]]], list[Any]] | None  # several devices' arguments
     after: Callable[[float, float], None] | None  # the profiler's hook after(start_s, end_s)
     refusal: str | None  # why nothing may run this program (it does not fit)

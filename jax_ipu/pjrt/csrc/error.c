@@ -44,6 +44,8 @@ PJRT_Error *error_from_python(void) {
       err = (PJRT_Error *)PyLong_AsVoidPtr(res);
       Py_DECREF(res);
     }
+    /* a Ctrl-C while the error was being made is the caller's all the same */
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
     PyErr_Clear();
   }
   if (err == NULL) {

@@ -88,6 +88,15 @@ int event_is_ready(PJRT_Event *e) {
   pthread_mutex_unlock(&e->mu);
   return ready;
 }
+/* Whether the event is ready without an error: NULL (a buffer ready at creation) is. */
+int event_succeeded(const PJRT_Event *e) {
+  if (e == NULL) return 1;
+  PJRT_Event *m = (PJRT_Event *)e;
+  pthread_mutex_lock(&m->mu);
+  int ok = m->ready && m->code == 0;
+  pthread_mutex_unlock(&m->mu);
+  return ok;
+}
 static void wait_ready(PJRT_Event *e) {
   pthread_mutex_lock(&e->mu);
   while (!e->ready) pthread_cond_wait(&e->cv, &e->mu);

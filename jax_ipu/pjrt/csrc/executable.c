@@ -32,8 +32,8 @@ void plan_free(Plan *p) {
 #define PLAN_FIELDS(X) \
   X(name) X(num_replicas) X(num_partitions) X(num_args) X(donated) X(output_types) \
   X(output_dims) X(output_nbytes) X(output_read_advance) X(output_reordered) X(devices) \
-  X(output_memories) X(clocks) X(advance) X(run) X(direct) X(with_token) X(assemble) X(after) \
-  X(refusal)
+  X(output_memories) X(clocks) X(advance) X(run) X(direct) X(with_token) X(may_fail) X(assemble) \
+  X(after) X(refusal)
 #define FIELD_ENUM(name) F_##name,
 enum { PLAN_FIELDS(FIELD_ENUM) NUM_PLAN_FIELDS };
 #define FIELD_NAME(name) #name,
@@ -113,6 +113,7 @@ static Plan *plan_from(PyObject *py) {
   v[F_name] = v[F_run] = v[F_assemble] = v[F_after] = v[F_refusal] = v[F_advance] = NULL;
   p->with_token = PyObject_IsTrue(v[F_with_token]);
   p->direct = PyObject_IsTrue(v[F_direct]);
+  p->may_fail = PyObject_IsTrue(v[F_may_fail]);
   p->num_replicas = PyLong_AsSize_t(v[F_num_replicas]);
   p->num_partitions = PyLong_AsSize_t(v[F_num_partitions]);
   p->num_args = PyLong_AsSize_t(v[F_num_args]);

@@ -89,10 +89,12 @@ Handle *handle_alloc(PyObject *obj) {
   return h;
 }
 
-/* Destroys that arrive without the GIL are queued and released under the GIL later. */
+/* Destroys that arrive without the GIL are queued and released under the GIL later. Two arrays
+   take turns, each keeping its storage: a drain swaps the filled one for the spare, so that a
+   call's destroys cost no malloc and free (whose churn made glibc consolidate its heap). */
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
-static PyObject **queue;
-static size_t queue_len, queue_cap;
+static PyObject **queue, **spare;
+static size_t queue_len, queue_cap, spare_cap;
 static volatile size_t queue_pending;
 
 static int drain_pending(void *unused);
@@ -123,18 +125,29 @@ void enqueue_release(PyObject *obj) {
   if (first && !Py_IsFinalizing()) Py_AddPendingCall(drain_pending, NULL);
 }
 
-/* Called with the GIL held. */
+/* Called with the GIL held. A release may run Python that lets another thread drain meanwhile:
+   each drain owns the array it took until it hands it back as the spare. */
 void drain_queue(void) {
   while (queue_pending) {
     pthread_mutex_lock(&queue_lock);
     PyObject **items = queue;
-    size_t n = queue_len;
-    queue = NULL;
-    queue_len = queue_cap = 0;
+    size_t n = queue_len, cap = queue_cap;
+    queue = spare;
+    queue_cap = spare_cap;
+    spare = NULL;
+    spare_cap = 0;
+    queue_len = 0;
     queue_pending = 0;
     pthread_mutex_unlock(&queue_lock);
     for (size_t i = 0; i < n; i++) Py_DECREF(items[i]);
-    free(items);
+    pthread_mutex_lock(&queue_lock);
+    if (spare == NULL) {
+      spare = items;
+      spare_cap = cap;
+      items = NULL;
+    }
+    pthread_mutex_unlock(&queue_lock);
+    free(items); /* another drain handed back its array first */
   }
 }
 

@@ -127,6 +127,7 @@ void event_unref(PJRT_Event *e);
 PJRT_Error *event_error(PJRT_Event *e);
 void event_resolve(PJRT_Event *e, int code, const char *msg, size_t len);
 int event_is_ready(PJRT_Event *e);
+int event_succeeded(const PJRT_Event *e);
 void event_wait(PJRT_Event *e);
 
 /* ---- handles (handle.c): every PJRT object jaxlib holds is one of these Python objects ---- */
@@ -213,6 +214,7 @@ struct Plan {
   PyObject *refusal;   /* str: why nothing may run this program, or NULL */
   int with_token;
   int direct;
+  int may_fail;        /* a run can fail inside XLA:CPU (host callbacks, custom calls) */
   size_t num_devices, num_args, num_outputs, num_clock;
   unsigned char *donated;         /* per argument */
   int *out_types;
