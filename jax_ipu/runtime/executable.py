@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -336,11 +337,18 @@ _HOLDS_MAPS = {(): {3}, (3,): {3}, (3, 3): set()}
 def fingerprint(code: bytes, options: bytes) -> str:
     """The sha256 of a program and its compile options in a canonical form: the same program
     compiled in another process has the same fingerprint (and report folder)."""
+    return hashlib.sha256(code + b"\0" + _canonical_options(options)).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_options(options: bytes) -> bytes:
+    """The canonical form of serialized compile options. A process sends the same options bytes
+    for most of its programs (every eager op's), and reading XLA's DebugOptions field by field
+    costs about a millisecond: each distinct one is read once."""
     try:
-        canonical = repr(_canonical(options, ())).encode()
+        return repr(_canonical(options, ())).encode()
     except protowire.WireError:
-        canonical = options
-    return hashlib.sha256(code + b"\0" + canonical).hexdigest()
+        return options
 
 
 def _canonical(data: bytes | memoryview, path: tuple[int, ...]) -> tuple:
@@ -352,8 +360,8 @@ def _canonical(data: bytes | memoryview, path: tuple[int, ...]) -> tuple:
             nested = path + (number,)
             value = _canonical(value, nested) if number in _HOLDS_MAPS[path] else bytes(value)
         items.append((number, value))
-    numbers = [n for n, _ in items]
-    for number in {n for n in numbers if numbers.count(n) > 1}:
+    counts = Counter(n for n, _ in items)
+    for number in (n for n, c in counts.items() if c > 1):
         entries = [v for n, v in items if n == number]
         if all(isinstance(v, bytes) and _is_map_entry(v) for v in entries):
             ordered = iter(sorted(entries))
