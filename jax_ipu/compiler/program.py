@@ -62,6 +62,9 @@ TILE_COMPOSITE_PREFIX = "jax_ipu.tile_"
 LIBRARY_COMPOSITE_PREFIX = "jax_ipu.linalg_"
 # Integer tensors up to this many elements are followed as known values (index vectors).
 _MAX_KNOWN_INTS = 64
+# Where an indexed op's start indices begin among its operands (scatter and gather: see
+# _Reader.note_known_ints).
+_FIRST_INDEX = {"dynamic_slice": 1, "dynamic_update_slice": 2}
 # Device-id tables the collectives model reads whole: kept at any size, splats expanded.
 _DEVICE_ID_ATTRS = frozenset({"replica_groups", "source_target_pairs"})
 
@@ -389,7 +392,7 @@ class _Reader:
                 known[op.result_ids[0]] = ins[0] * out.size
             elif kind == "concatenate" and ins and all(ins) and len(out.shape) == 1:
                 known[op.result_ids[0]] = tuple(x for part in ins for x in part)
-        first = {"dynamic_slice": 1, "dynamic_update_slice": 2}.get(kind)
+        first = _FIRST_INDEX.get(kind)
         if kind in ("scatter", "gather"):
             first = (len(op.operand_ids) - 1) // 2 if kind == "scatter" else 1
             index_ids = op.operand_ids[first:first + 1]

@@ -6,7 +6,7 @@ movement is charged for the bytes that change tiles, views (slices, pads...) for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -287,9 +287,7 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     streams = _streams(op, fused)
     width = _vector_elems(out.dtype)
     computing = [o for o in chain if op_class(o) not in ("broadcast", "free")]
-    # a scalar computed for a broadcast is worked out once by each worker, not per vector
-    once = {id(o): o for o in computing
-            if out.size > 1 and o.results and o.results[0].size == 1}
+    once = {id(o): o for o in _scalars(computing, out.size)}
     alu = sum(op_alu_cycles(o, width) for o in computing if id(o) not in once)
     per_vector = max(alu, sum(_accesses(width, s.type, target) for s in streams) +
                      _accesses(width, out, target))
@@ -298,11 +296,10 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     arithmetic = sum(op_flops(o) * (1 if id(o) in once else out.size) for o in computing
                      if op_class(o) == "elementwise")
     exchange = exchange_cycles(received, target)
-    scalars = target.worker_threads * sum(op_alu_cycles(o, 1) for o in once.values())
     return OpCost(
         flops=arithmetic,
         bytes_accessed=out.size * (sum(s.type.itemsize for s in streams) + out.itemsize),
-        compute_cycles=target.vertex_cycles + scalars +
+        compute_cycles=target.vertex_cycles + _scalar_cycles(once.values(), target) +
         worker_cycles(vectors, per_vector, target),
         exchange_cycles=exchange, syncs=1 + (1 if exchange else 0), tiles=tiles,
         placement=placement)
@@ -358,6 +355,16 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
 
 
 # --- reductions ---------------------------------------------------------------------------------
+def _scalars(ops: list[Op], size: int) -> list[Op]:
+    """The ops of an expression over `size` elements that make a scalar (for a broadcast):
+    each worker works them out once, not once a vector (_scalar_cycles)."""
+    return [o for o in ops if size > 1 and o.results and o.results[0].size == 1]
+
+
+def _scalar_cycles(scalars: Iterable[Op], target: Target) -> int:
+    return target.worker_threads * sum(op_alu_cycles(o, 1) for o in scalars)
+
+
 def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost:
     """Each tile reduces its share of the input; when rows cross tiles, float32 partials cross
     the exchange and a second vertex combines them where the output lives (two syncs)."""
@@ -372,14 +379,13 @@ def reduction(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCo
     per_tile = -(-elems // tiles_in)
     width = _vector_elems(inputs[0].dtype)
     expression = [o for o in fused if op_class(o) in ("elementwise", "conversion")]
-    once = [o for o in expression if elems > 1 and o.results and o.results[0].size == 1]
+    once = _scalars(expression, elems)
     body = (sum(op_alu_cycles(o, width) for r in op.regions for o in r.ops) or 1) + \
         sum(op_alu_cycles(o, width) for o in expression) - \
         sum(op_alu_cycles(o, width) for o in once)
     per_vector = max(body, sum(_accesses(width, t, target) for t in read))
-    # a fused scalar (made for a broadcast) is worked out once by each worker
     compute = target.vertex_cycles + worker_cycles(-(-per_tile // width), per_vector, target) \
-        + target.worker_threads * sum(op_alu_cycles(o, 1) for o in once)
+        + _scalar_cycles(once, target)
     dims = op.attributes.get("dimensions") or []
     rank = len(inputs[0].shape)
     trailing = sorted(dims) == list(range(rank - len(dims), rank))
@@ -599,19 +605,21 @@ def _copied(source: Placement, size: int, window: Window, dst: TensorType, home:
         flat = flat * n + (i + s)
     to_tiles, _ = home.locate(flat)
     from_tiles, _ = source.locate(r)
-    held = to_tiles >= 0
-    written = np.bincount(to_tiles[held], minlength=target.num_tiles) * scale
-    remote = held & (from_tiles >= 0) & (from_tiles != to_tiles)
-    received = np.bincount(to_tiles[remote], minlength=target.num_tiles) * scale
-    return float(written.max(initial=0)), float(received.max(initial=0)), \
+    written = np.bincount(to_tiles[to_tiles >= 0], minlength=target.num_tiles) * scale
+    return float(written.max(initial=0)), _received(to_tiles, from_tiles, scale, target), \
         int((written > 0).sum())
 
 
 def _view_moved(view: Placement, t: TensorType, home: Placement, target: Target) -> float:
     """Elements the busiest tile receives when a view is copied into `home`."""
     r, scale, _ = sample_indices(t.size, home)
-    to_tiles, _ = home.locate(r)
-    from_tiles, _ = view.locate(r)
+    return _received(home.locate(r)[0], view.locate(r)[0], scale, target)
+
+
+def _received(to_tiles: np.ndarray, from_tiles: np.ndarray, scale: float, target: Target
+              ) -> float:
+    """Elements the busiest tile receives from other tiles, of sampled elements going from
+    `from_tiles` to `to_tiles` (-1: nowhere), each standing for `scale` elements."""
     remote = (from_tiles >= 0) & (to_tiles >= 0) & (from_tiles != to_tiles)
     return float((np.bincount(to_tiles[remote], minlength=target.num_tiles) * scale)
                  .max(initial=0))

@@ -124,7 +124,7 @@ def _folds_into(op: Op, r: int, consumer: Op) -> bool:
     if (op_class(op) == "broadcast" or reshape_like(op)) and _fusable(consumer):
         return True
     if (op_class(consumer) in _EXPRESSIONS or reshape_like(consumer)) and \
-        consumer.results[0].size == op.results[0].size:
+            consumer.results[0].size == op.results[0].size:
         return True
     # A scalar made for a broadcast is computed inside the expression that reads the
     # broadcast (popops' expressions take scalar operands): no compute set of its own.

@@ -202,11 +202,9 @@ def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
         return sorted(set(buf_of.get(op.operand_ids[j], []))) or None
     if op.kind == "while":
         # XLA gives a loop's operand, its body's argument and result and the loop's result one
-        # buffer; it copies the operand first only when the operand is read after the loop, is
-        # a parameter the caller keeps, or a constant (copy insertion).
-        # An element the body passes through unchanged (a closed-over input) is never
-        # written: it stays in its operand's buffer, kept or not (XLA copies only the
-        # indices whose value the body changes).
+        # buffer. Copy insertion copies the operand first only when the body writes it and it
+        # is read after the loop, is a parameter the caller keeps, or a constant; an element
+        # the body passes through unchanged (a closed-over input) stays in its own buffer.
         if k >= len(op.operand_ids):
             return None
         held = buf_of.get(op.operand_ids[k], [])

@@ -392,4 +392,3 @@ def plan_dynamic_update(s: Slab, target: Target) -> Choice:
                  f"{holders} operand tiles", copy_cycles(min(held, update_bytes), 1, target),
                  _exchange(update_bytes, target), 2, holders, update_bytes, 1)
     return choose([local, every], target)
-
