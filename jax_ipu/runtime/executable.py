@@ -343,12 +343,19 @@ def fingerprint(code: bytes, options: bytes) -> str:
 @functools.lru_cache(maxsize=64)
 def _canonical_options(options: bytes) -> bytes:
     """The canonical form of serialized compile options. A process sends the same options bytes
-    for most of its programs (every eager op's), and reading XLA's DebugOptions field by field
-    costs about a millisecond: each distinct one is read once."""
+    for most of its programs (every eager op's): each distinct one is read once."""
     try:
         return repr(_canonical(options, ())).encode()
     except protowire.WireError:
         return options
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_nested(data: bytes, path: tuple[int, ...]) -> tuple:
+    """_canonical() of a nested message, read once a process: XLA's DebugOptions, a few hundred
+    fields (about half a millisecond to read), are the same bytes in every program's options,
+    whose argument layouts differ from program to program."""
+    return _canonical(data, path)
 
 
 def _canonical(data: bytes | memoryview, path: tuple[int, ...]) -> tuple:
@@ -358,7 +365,8 @@ def _canonical(data: bytes | memoryview, path: tuple[int, ...]) -> tuple:
     for number, value in protowire.fields(data):
         if isinstance(value, memoryview):
             nested = path + (number,)
-            value = _canonical(value, nested) if number in _HOLDS_MAPS[path] else bytes(value)
+            value = (_canonical_nested(bytes(value), nested) if number in _HOLDS_MAPS[path]
+                     else bytes(value))
         items.append((number, value))
     counts = Counter(n for n, _ in items)
     for number in (n for n, c in counts.items() if c > 1):
