@@ -26,9 +26,9 @@ from jax_ipu.model.tiles import CYCLE_COUNT_TARGET
 logger = logging.getLogger(__name__)
 
 WAKE_S = 0.05  # how often a compile waiting for XLA:CPU's build can be stopped
-# Programs smaller than this are judged in about a millisecond: a thread and a second reading
-# of the program cost more than they would hide, and XLA:CPU builds after the judgement.
-OVERLAP_MIN_BYTES = 1 << 12
+# Programs this large or larger build on a thread of their own beside the judgement (all of
+# them: bench/compile_overlap.py sets it past every program to measure the two in turn).
+OVERLAP_MIN_BYTES = 0
 
 
 @dataclass
@@ -49,18 +49,18 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
     collectives XLA's SPMD partitioner inserted while building them.
 
-    XLA:CPU builds a large program on a thread of its own, from its own reading of `code`,
-    while the model reads and judges it here: XLA:CPU's build holds no GIL. A small program,
-    and one with jax_ipu.tile cycle counters (the judgement stamps its counts into it), is
-    built after the judgement. An error of the model wins over one of the build, and comes
-    once the build ended."""
+    XLA:CPU builds the program on a thread of its own, from `code` itself (from its own reading
+    of it when host callbacks must be renumbered), while the model reads and judges it here:
+    XLA:CPU's build holds no GIL. A program with jax_ipu.tile cycle counters (the judgement
+    stamps its counts into it) is built after the judgement. An error of the model wins over
+    one of the build, and comes once the build ended."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
     build = None
     if len(code) >= OVERLAP_MIN_BYTES and CYCLE_COUNT_TARGET.encode() not in code:
-        build = _Build(_parse_and_build, (cpu_client, code, parsed_options, assignment,
-                                          cpu_device_of))
+        build = _Build(_parse_and_build if numerics.calls_host(code) else numerics.build_code,
+                       (cpu_client, code, parsed_options, assignment, cpu_device_of))
         build.start()
     try:
         with lent_context(len(code)) as context:
@@ -101,9 +101,10 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
 
 
 def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
-                     cpu_device_of: Mapping[int, Any]) -> Any:
+                     cpu_device_of: Mapping[int, Any], entering: Callable[[], None]) -> Any:
     """XLA:CPU's executable of `code`, read into a context of its own (MLIR contexts are not
     shared between threads)."""
+    entering()  # the reading holds the GIL as the judgement does: the two take turns
     with lent_context(len(code)) as context:
         module = parse(code, context)
         executable = numerics.build(cpu_client, code, module, options, assignment,
@@ -114,11 +115,16 @@ def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.
 
 class _Build:
     """A call on a thread of its own (XLA:CPU's build), waited for in short sleeps so that a
-    compile abandoned meanwhile can leave at once."""
+    compile abandoned meanwhile can leave at once.
+
+    start() returns once the call is about to enter XLA, which releases the GIL: a thread that
+    asks for the GIL while this one runs Python waits out the interpreter's switch interval
+    (5 ms), longer than a small program's whole judgement, so the build would start after it."""
 
     def __init__(self, build: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._build, self._args = build, args
         self._value, self._error = None, None
+        self._entering = threading.Event()
         self._done = threading.Event()
         # not a daemon (as threads made by jaxlib's are): the interpreter waits for a build
         # left running by a Ctrl-C before it exits, and does not kill it inside XLA
@@ -127,10 +133,12 @@ class _Build:
 
     def start(self) -> None:
         self._thread.start()
+        while not self._entering.wait(WAKE_S) and not self._done.is_set():
+            pass
 
     def _run(self) -> None:
         try:
-            self._value = self._build(*self._args)
+            self._value = self._build(*self._args, self._entering.set)
         except BaseException as e:  # noqa: BLE001 - handed to the compile that waits
             self._error = e
         finally:

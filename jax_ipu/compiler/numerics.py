@@ -4,7 +4,7 @@ The model judges the program; this executable computes its values, so results ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,16 @@ def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
     devices = _place(options, assignment, cpu_device_of)
     callbacks = _host_callbacks(module) if calls_host(code) else []
     return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
+
+
+def build_code(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
+               cpu_device_of: Mapping[int, Any], entering: Callable[[], None]) -> Any:
+    """build() of a program without host callbacks from its bytes as jax sent them (XLA reads
+    them itself, no MLIR module of ours in between); calls `entering` just before XLA, which
+    releases the GIL."""
+    devices = _place(options, assignment, cpu_device_of)
+    entering()
+    return cpu_client.compile_and_load(code, devices, options)
 
 
 def entry_layouts(cpu_executable: Any) -> tuple[list[Layout], list[Layout]]:
