@@ -49,18 +49,17 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     the CPU devices of the IPU devices in `options`' assignment, and add to the report the
     collectives XLA's SPMD partitioner inserted while building them.
 
-    XLA:CPU builds the program on a thread of its own, from `code` itself (from its own reading
-    of it when host callbacks must be renumbered), while the model reads and judges it here:
-    XLA:CPU's build holds no GIL. A program with jax_ipu.tile cycle counters (the judgement
-    stamps its counts into it) is built after the judgement. An error of the model wins over
-    one of the build, and comes once the build ended."""
+    XLA:CPU builds the program on a thread of its own, from its own reading of `code`, while
+    the model reads and judges it here: XLA:CPU's build holds no GIL. A program with jax_ipu.tile
+    cycle counters (the judgement stamps its counts into it) is built after the judgement. An
+    error of the model wins over one of the build, and comes once the build ended."""
     start = time.perf_counter()
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
     build = None
     if len(code) >= OVERLAP_MIN_BYTES and CYCLE_COUNT_TARGET.encode() not in code:
-        build = _Build(_parse_and_build if numerics.calls_host(code) else numerics.build_code,
-                       (cpu_client, code, parsed_options, assignment, cpu_device_of))
+        build = _Build(_parse_and_build, (cpu_client, code, parsed_options, assignment,
+                                          cpu_device_of))
         build.start()
     try:
         with lent_context(len(code)) as context:
@@ -103,12 +102,11 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
 def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
                      cpu_device_of: Mapping[int, Any], entering: Callable[[], None]) -> Any:
     """XLA:CPU's executable of `code`, read into a context of its own (MLIR contexts are not
-    shared between threads)."""
-    entering()  # the reading holds the GIL as the judgement does: the two take turns
+    shared between threads); `entering` is called once XLA is about to take it."""
     with lent_context(len(code)) as context:
         module = parse(code, context)
         executable = numerics.build(cpu_client, code, module, options, assignment,
-                                    cpu_device_of)
+                                    cpu_device_of, entering)
         del module
     return executable
 

@@ -36,26 +36,19 @@ def device_assignment(options: Any) -> np.ndarray:
 
 
 def build(cpu_client: Any, code: bytes, module: ir.Module, options: Any,
-          assignment: np.ndarray, cpu_device_of: Mapping[int, Any]) -> Any:
+          assignment: np.ndarray, cpu_device_of: Mapping[int, Any],
+          entering: Callable[[], None] = lambda: None) -> Any:
     """Compile the program for the CPU devices that hold the data of the IPU devices it runs on.
 
     `code` is the program jax sent and `module` the same program parsed, which XLA:CPU compiles
-    (sooner than it would read `code` again) once the model has read it and the compiler
-    rewrote it (stamp_cycle_counts): its host callbacks are renumbered here. `cpu_device_of`
-    maps an IPU device id to its CPU device."""
+    once the compiler rewrote it (stamp_cycle_counts): its host callbacks are renumbered here.
+    Handed bytes, jaxlib would read them into an MLIR context it makes for the purpose, holding
+    the GIL for about 5 ms; a module it compiles at once, without the GIL. `entering` is called
+    just before. `cpu_device_of` maps an IPU device id to its CPU device."""
     devices = _place(options, assignment, cpu_device_of)
     callbacks = _host_callbacks(module) if calls_host(code) else []
-    return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
-
-
-def build_code(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
-               cpu_device_of: Mapping[int, Any], entering: Callable[[], None]) -> Any:
-    """build() of a program without host callbacks from its bytes as jax sent them (XLA reads
-    them itself, no MLIR module of ours in between); calls `entering` just before XLA, which
-    releases the GIL."""
-    devices = _place(options, assignment, cpu_device_of)
     entering()
-    return cpu_client.compile_and_load(code, devices, options)
+    return cpu_client.compile_and_load(module, devices, options, host_callbacks=callbacks)
 
 
 def entry_layouts(cpu_executable: Any) -> tuple[list[Layout], list[Layout]]:
