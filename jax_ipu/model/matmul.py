@@ -155,16 +155,14 @@ def _blocks(p: Product, kt: int, pk: int, target: Target) -> tuple[int, int]:
     if pk > p.positions:
         return -(-kt // depth), 1
     positions = -(-p.positions // pk)
-    rows, width = (-(-positions // p.width), p.width) if positions >= p.width and p.width \
-        else (positions, 1)
+    # a tile's kernel positions as rows of the kernel's width (fewer than a row: one each)
+    rows, width = (-(-positions // p.width), p.width) if positions >= p.width else \
+        (positions, 1)
     load = target.amp_shape(p.itemsize)[1]
-    best = (-(-positions // 1) * -(-p.depth // depth), 1)
-    for group in range(load, depth + 1, load):
-        if depth % group:
-            continue
-        height = depth // group if rows > 1 else 1
-        best = min(best, (-(-rows // height) * width * -(-p.depth // group), height))
-    return best
+    heights = {group: depth // group if rows > 1 else 1
+               for group in range(load, depth + 1, load) if depth % group == 0}
+    return min((-(-rows // height) * width * -(-p.depth // group), height)
+               for group, height in heights.items())
 
 
 def transform_copy_cycles(nbytes: float, itemsize: int, target: Target) -> int:
