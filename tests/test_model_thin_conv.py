@@ -1,6 +1,5 @@
-"""Thin convolutions and skinny products as PopLibs' poplin runs them (G-4): fp32 AMP rows of 8
-cycles on 16 units, kernel rows stacked in a unit's weights, the vertices' restarts, poplin's
-transform copies and its HorizontalMac vertex. Every figure is hand-computed from targets.py."""
+"""Thin convolutions and skinny products as PopLibs' poplin runs them (G-4), every figure
+hand-computed from targets.py: fp32 AMP rows, stacked kernel rows, vertex restarts, copies."""
 
 from __future__ import annotations
 
