@@ -25,7 +25,9 @@ SOURCES: dict[str, str] = {
            "https://docs.graphcore.ai/projects/poplar-api/",
     "G-4": "graphcore/poplibs, lib/poplin/ConvPlan.cpp and lib/poplin/ConvModel.cpp (AMP "
            "unit inputs per cycle, planner sync and exchange constants, availableMemoryProportion "
-           "0.6): https://github.com/graphcore/poplibs",
+           "0.6, transform costs), ConvVertexType.cpp (vertex and channel-grouping candidates), "
+           "PerformanceEstimation.hpp (AMP, HorizontalMac and reduce vertex estimates) and "
+           "codelets/asm/conv_partial_*.S: https://github.com/graphcore/poplibs",
     "G-5": "graphcore/poplibs, lib/popops/DynamicSlice.cpp (embedding planner: slice/update "
            "splits) and lib/popops/PerformanceEstimation.cpp (MultiSlice / MultiUpdateOp vertex "
            "cycles): https://github.com/graphcore/poplibs",
