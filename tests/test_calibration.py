@@ -193,21 +193,13 @@ C1_FIT = (32, 128, 512)
 C2_FIT = ((1024, 64), (1024, 256), (1024, 1024))
 C3_FIT = (128, 256)
 
-THIN = ("PopLibs spends about twice the model's cycles on the thinnest products (n = 4); "
-        "poplin's multi-stage reduction of their partial sums (ConvReducePlan) is modelled "
-        "and brought n = 16 within 1.5x. What remains is likely its 1x1 AMP vertex restarting "
-        "its workers for each 16-deep block of the contraction (PopLibs' estimate: about 40 "
-        "supervisor and 6 x 22 worker cycles a pass), left out because alone it makes the "
-        "wider C-2 products 10-20% too slow; no rule fitted to these two points is principled")
-
 POINTS: tuple[Point, ...] = (
     *(Point("C-1", f"[{n},16] @ [16,16] fp16 on each of 1472 tiles (einsum, batch per tile), "
             "Bow", p, "TFLOP/s", functools.partial(_c1, n), held=n not in C1_FIT)
       for n, p in ((16, 55.5), (32, 96.7), (64, 152.8), (128, 211.1), (256, 264.0),
                    (512, 299.8), (1024, 322.7), (2048, 334.9))),
     *(Point("C-2", f"({m} x {m}) @ ({m} x {n}) fp16, 1472 tiles at Bow's clock", p, "TFLOP/s",
-            functools.partial(_c2, m, n), THIN if n <= 4 else "",
-            held=(m, n) not in C2_FIT)
+            functools.partial(_c2, m, n), held=(m, n) not in C2_FIT)
       for m, row in ((1024, (6.0, 20, 46, 89, 120, 153, 180)),
                      (2048, (12.8, 44, 82, 134, 166, 200, 211)))
       for n, p in zip((4, 16, 64, 256, 1024, 2048, 4096), row, strict=True)),
@@ -447,10 +439,13 @@ def split_errors(name: str) -> tuple[Summary, Summary]:
 
 
 # Errors the model is held to, per data set: (fitted median, held-back median, held-back share
-# within 2x) it must not be worse than. Pinned at this round's figures (ipu_model.md).
+# within 2x) it must not be worse than. Pinned at this round's figures (ipu_model.md). C-2's
+# medians rose (1.04 and 1.15 before) when the AMP's 1x1 vertex began to pay PopLibs' own
+# estimate of its worker restarts for each further block of weights (G-4): the wide products
+# now read 0.76-0.88 of the chip, and every point is within 1.5x (n = 4 was 1.57 and 2.05).
 PINNED = {
     "C-1": (1.03, 1.03, 1.0),
-    "C-2": (1.06, 1.2, 0.9),
+    "C-2": (1.14, 1.21, 1.0),
     "C-3": (1.03, 1.05, 1.0),
     "H": (1.01, 2.6, 0.5),
     "D-1 gather": (1.2, 1.2, 1.0),

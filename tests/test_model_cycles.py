@@ -15,9 +15,11 @@ from jax_ipu.model import analyze
 from jax_ipu.model.ir import Op, Program, TensorType
 from jax_ipu.model.matmul import plan_matmul
 from jax_ipu.model.targets import (
+    AMP_1X1_INPUT_GROUP_SUPERVISOR_CYCLES,
+    AMP_1X1_INPUT_GROUP_WORKER_CYCLES,
+    AMP_1X1_PASS_SUPERVISOR_CYCLES,
+    AMP_1X1_PASS_WORKER_CYCLES,
     AMP_FP16_INPUTS_PER_CYCLE,
-    AMP_PASS_SUPERVISOR_CYCLES,
-    AMP_PASS_WORKER_CYCLES,
     AMP_PIPELINE_DEPTH,
     EXCHANGE_BYTES_PER_TILE_CYCLE,
     EXCHANGE_SETUP_CYCLES,
@@ -164,8 +166,14 @@ def test_matmul_plan_hand_computed():
     # one pass over the whole of K: the float32 partial sums stay in the AMP's accumulators
     assert plan.workspace_bytes_per_tile == received
     assert plan.exchange_cycles == SETUP + received / EXCHANGE_BYTES_PER_TILE_CYCLE
-    amp = (64 // BLOCK16) * (64 + 16 * BLOCK16 // AMP_FP16_INPUTS_PER_CYCLE)
-    assert plan.compute_cycles == V + amp
+    # 4 blocks of 16 x 16 weights, each loaded (64 cycles) then 16 rows of 4 cycles; the 1x1
+    # vertex restarts its workers for each further block, of another input-channel group
+    # (G-4): 25 + 6 x 19 a block and 15 + 6 x 3 a group
+    amp = (64 // BLOCK16) * (64 + 16 * 4)
+    restarts = 3 * (AMP_1X1_PASS_SUPERVISOR_CYCLES + 6 * AMP_1X1_PASS_WORKER_CYCLES) + \
+        3 * (AMP_1X1_INPUT_GROUP_SUPERVISOR_CYCLES + 6 * AMP_1X1_INPUT_GROUP_WORKER_CYCLES)
+    assert restarts == 3 * 139 + 3 * 33
+    assert plan.compute_cycles == V + amp + restarts == 190 + 512 + 516
     assert plan.syncs == 2
     # the AMP never beats its peak: 64 MAC a cycle
     assert amp >= 2 * 16 * 16 * 64 / IPU2_FP16_FLOPS_PER_TILE_CYCLE
@@ -274,51 +282,3 @@ def test_an_op_no_rule_can_cost_is_named_and_does_not_stop_compilation():
     r = analyze(Program("jit_mystery", (x,), (out,), ops, (1,), (3,)), get_target("ipu2"))
     assert "stablehlo.mystery" in r.cycles.unmodelled_ops
     assert any("stablehlo.mystery" in w for w in r.warnings)
-
-
-def conv3x3(x, w):
-    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-
-
-def test_thin_convolution_plans_the_amp_around_its_channels():
-    # A 3x3 float32 convolution of a 4-channel image into 64. An fp32 AMP unit holds 8 inputs
-    # (its pipeline 4 deep x 2 a cycle, G-4); 8 units make 8 output channels a pass. Folding
-    # the whole kernel into the channels (im2col, 36 of them: 5 blocks of 8) is PopLibs'
-    # 1x1 vertex, one pass a block; the width folded (12 channels: 2 blocks at each of 3
-    # positions) and one position at a time (9 positions of 1 block, half empty) are its nx1
-    # vertex, which restarts its supervisor loop and workers each further pass.
-    x, w = _spec(8, 224, 224, 4), _spec(3, 3, 4, 64)
-    (row,) = [o for o in _report(conv3x3, x, w).ops if o.kind == "convolution"]
-    assert row.plan.startswith("AMP on the whole kernel folded into channels (im2col)")
-    assert row.runner_up.startswith("AMP on channels widened by the kernel width")
-    units, inputs = get_target("ipu2").amp_shape(4)
-    assert (units, inputs) == (8, 2) and get_target("ipu2").amp_block_inputs(4) == 8
-    # 401,408 output rows on 1472 tiles (273 each), 64 channels in 8 groups of 8: per block
-    # a weight load of 8 x 8 x 4 B at 8 B a cycle (32), then 273 rows at 8 / 2 = 4 cycles
-    load, rows = 8 * 8 * 4 // 8, 273 * 8 // inputs
-    assert row.compute_cycles == V + 8 * 5 * (load + rows) == 190 + 44_960
-    restart = AMP_PASS_SUPERVISOR_CYCLES + 6 * AMP_PASS_WORKER_CYCLES
-    assert restart == 30 + 6 * 42
-    widened = V + 8 * 6 * (load + rows) + (8 * 6 - 1) * restart
-    assert widened == 67_396 and f"{widened + 4_587 + 2 * 90:,} cycles" in row.runner_up
-
-
-def test_thin_convolution_depends_on_the_memory_proportion():
-    # the im2col copy (273 rows x 36 channels x 4 B a tile, 8/9 of it from other tiles) needs
-    # more than 5% of a tile: the planner folds the width only (12 channels); at 2% not even
-    # that, and runs one kernel position at a time: 72 passes, the nx1 vertex restarting
-    # for each (G-4). With 1% nothing fits, and the planner doubles its allowance until a
-    # plan does (PopLibs' poplin), saying so.
-    x, w = _spec(8, 224, 224, 4), _spec(3, 3, 4, 64)
-    rows = {amp: next(o for o in _report(conv3x3, x, w, amp=amp).ops
-                      if o.kind == "convolution") for amp in (0.6, 0.05, 0.02, 0.01)}
-    assert rows[0.05].plan.startswith("AMP on channels widened by the kernel width")
-    assert rows[0.02].plan.startswith("AMP, one kernel position at a time")
-    load, rows_cycles = 32, 273 * 4
-    restart = AMP_PASS_SUPERVISOR_CYCLES + 6 * AMP_PASS_WORKER_CYCLES
-    assert rows[0.02].compute_cycles == V + 72 * (load + rows_cycles) + 71 * restart
-    assert rows[0.6].cycles < rows[0.05].cycles < rows[0.02].cycles
-    assert rows[0.02].cycles > 1.8 * rows[0.6].cycles
-    assert "no plan fits the memory proportion" in rows[0.01].plan
-    assert rows[0.01].plan.startswith("AMP, one kernel position at a time")

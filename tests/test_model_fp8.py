@@ -70,7 +70,8 @@ def _dot(dtype):
 def test_fp8_product_runs_at_twice_the_fp16_rate():
     # [64, 32] @ [32, 16] on one tile. fp8: 16 units of 8 inputs a cycle, blocks 4 x 8 = 32
     # deep: one pass, 16 x 32 x 1 B of weights loaded at 8 B a cycle (64), then 64 rows of 4
-    # cycles. fp16: blocks 16 deep, so two passes of 64 + 64 x 4.
+    # cycles. fp16: blocks 16 deep, so two passes of 64 + 64 x 4, the 1x1 vertex restarting
+    # its workers for the second (another input-channel group: 25 + 6 x 19 and 15 + 6 x 3, G-4).
     target = get_target("ipu21", 1)
 
     def dot_cycles(dtype):
@@ -79,7 +80,7 @@ def test_fp8_product_runs_at_twice_the_fp16_rate():
         (row,) = [o for o in judge(code, target)[1].ops if o.kind == "dot_general"]
         return row.compute_cycles
     assert dot_cycles(F8) == V + 64 + 64 * 4
-    assert dot_cycles(jnp.float16) == V + 2 * (64 + 64 * 4)
+    assert dot_cycles(jnp.float16) == V + 2 * (64 + 64 * 4) + 139 + 33
 
 
 @pytest.mark.parametrize("source,dest,cycles", [
@@ -108,7 +109,8 @@ def test_fp8_matmul_with_its_casts_beats_fp16():
     assert len(casts) == 2
     # two fp16 -> fp8 casts of 2048^2 / 1472 = 2850 elements a tile: 357 vectors of 3
     assert all(o.cycles == V + math.ceil(357 / W) * W * 3 + SYNC for o in casts)
-    assert eight.cycles.total < 0.6 * half.cycles.total
+    # fp8's blocks are twice as deep: half the passes, and half the workers' restarts (G-4)
+    assert eight.cycles.total < 0.65 * half.cycles.total
 
 
 def test_c600_is_a_version_of_the_flag():

@@ -53,7 +53,9 @@ def test_skinny_matmul_pays_the_stages():
                              jax.ShapeDtypeStruct((4096, 16), jnp.float16))
     (row,) = [o for o in judge(code, TARGET)[1].ops if o.kind == "dot_general"]
     assert "K 23" in row.plan  # 23 tiles share each output block: two stages
-    assert row.cycles == 9093
+    # 9,093 before the 1x1 AMP vertex paid its restarts (11 further blocks, 139 + 33 each:
+    # tests/test_model_thin_conv.py pins them)
+    assert row.cycles == 9093 + 11 * (139 + 33) == 10985
 
 
 @pytest.mark.parametrize("depth,tiles,stages", [

@@ -2,10 +2,11 @@
 
 A search over (groups, rows, columns, contraction) splits and serial passes, as Poplin's
 planner searches; temporaries stay within the target's available memory proportion of each
-tile. A convolution also chooses how its kernel positions meet the AMP units: one kernel
-position at a time (input channels padded to the units' depth), the kernel width folded into
-the channels (a widened copy of the input), the whole kernel folded (im2col), or vector
-multiply-accumulates with no AMP at all (thin channel counts waste it)."""
+tile. A convolution also chooses how its kernel positions meet the AMP units, as poplin's
+transforms and vertices do (G-4): the kernel's positions in turn (a block of weights holding a
+group of channels at one or more kernel rows), the kernel width folded into the channels (a
+widened copy of the input), the whole kernel folded (im2col), or PopLibs' HorizontalMac vertex
+with no AMP at all."""
 
 from __future__ import annotations
 
@@ -17,11 +18,21 @@ from dataclasses import dataclass, replace
 from jax_ipu.model.plans import Choice, Plan, choose, splits
 from jax_ipu.model.targets import (
     ACCUMULATOR_BYTES,
+    AMP_1X1_INPUT_GROUP_SUPERVISOR_CYCLES,
+    AMP_1X1_INPUT_GROUP_WORKER_CYCLES,
+    AMP_1X1_PASS_SUPERVISOR_CYCLES,
+    AMP_1X1_PASS_WORKER_CYCLES,
+    AMP_MIN_UNITS,
     AMP_PASS_SUPERVISOR_CYCLES,
     AMP_PASS_WORKER_CYCLES,
+    AMP_WEIGHT_HEIGHT_LOAD_CYCLES,
+    AMP_WEIGHT_ROW_LOAD_CYCLES,
+    HMAC_DOT_CYCLES,
+    HMAC_OUTPUT_CYCLES,
     MIN_BYTES_PER_TILE,
     REDUCE_THREE_STAGES_DEPTH,
     REDUCE_TWO_STAGES_DEPTH,
+    TRANSFORM_COPY_SCALE,
     VECTOR_BYTES,
     Target,
 )
@@ -42,6 +53,8 @@ class Product:
     positions: int = 1
     lhs_k: int = 0
     fold: int = 1  # kernel positions folded into the channels: a widened copy of the input
+    width: int = 1  # kernel positions in a row of the kernel (positions / width rows)
+    conv: bool = False  # a convolution: its padded output channels are rearranged
 
     @property
     def depth(self) -> int:
@@ -62,7 +75,7 @@ class MatmulPlan:
     exchange_cycles: float
     syncs: int
     workspace_bytes_per_tile: int
-    amp: bool = True  # on the AMP units; else vector multiply-accumulates
+    amp: bool = True  # on the AMP units; else the HorizontalMac vertex
     messages: int = 2  # exchange instructions a tile runs per exchange step
 
     @property
@@ -74,47 +87,90 @@ class MatmulPlan:
 
 
 def amp_cycles(g: int, m: int, n: int, blocks: int, itemsize: int, target: Target,
-               kernel: bool = False) -> int:
+               kernel: bool = False, height: int = 1) -> int:
     """Cycles of the multiply units for g products of m rows and n columns on one tile whose
-    contraction is `blocks` blocks of target.amp_block_inputs (16 fp16, 8 fp32); `kernel`:
-    the blocks span kernel positions (PopLibs' ConvPartialnx1 vertex, not its 1x1 one).
+    contraction is `blocks` blocks of weights (each target.amp_block_inputs deep: 16 fp16,
+    8 fp32); `kernel`: the blocks span kernel positions, `height` kernel rows each (PopLibs'
+    ConvPartialnx1 vertex, not its 1x1 one).
 
     The units hold a block of weights, one output channel each and a block deep, loaded at
-    the local memory rate; then every row of the other operand streams through, `inputs`
-    elements a cycle. So channels are padded to whole units and the contraction to whole
-    blocks, and thin products pay a weight load per block (C-1: 331 + 4 N cycles for
-    [N,16] @ [16,16] in fp16). Over kernel positions each pass after the first (a block of
-    another kernel position or channel group) also restarts the nx1 vertex's supervisor loop
-    and workers (G-4); the 1x1 vertex of a matmul keeps its workers' state between passes.
-    The cheaper of m or n serves as the channels."""
+    the local memory rate; then every row of the other operand streams through in the
+    target's row cycles (4, fp32 8). So channels are padded to whole units and the
+    contraction to whole blocks, and thin products pay a weight load per block (C-1: 331 +
+    4 N cycles for [N,16] @ [16,16] in fp16). Each pass after the first (a block of another
+    kernel position or channel group) also runs the vertex's supervisor loop again and
+    restarts its workers (G-4): the nx1 vertex also loads a block of several kernel rows in
+    more cycles and zeroes its float32 partial sums first. The cheaper of m or n serves as
+    the channels."""
     units, inputs = target.amp_shape(itemsize)
     depth = target.amp_block_inputs(itemsize)
     load = math.ceil(units * depth * itemsize / target.local_bytes_per_tile_cycle)
-    stream = depth // inputs  # cycles per row per block
-    restart = AMP_PASS_SUPERVISOR_CYCLES + target.worker_threads * AMP_PASS_WORKER_CYCLES \
-        if kernel else 0
+    stream = target.amp_row_cycles(itemsize)
+    workers = target.worker_threads
+    if kernel:
+        restart = AMP_PASS_SUPERVISOR_CYCLES + workers * AMP_PASS_WORKER_CYCLES + \
+            AMP_WEIGHT_HEIGHT_LOAD_CYCLES.get(height, AMP_WEIGHT_ROW_LOAD_CYCLES * height)
+        group_restart = 0
+    else:
+        restart = AMP_1X1_PASS_SUPERVISOR_CYCLES + workers * AMP_1X1_PASS_WORKER_CYCLES
+        group_restart = AMP_1X1_INPUT_GROUP_SUPERVISOR_CYCLES + \
+            workers * AMP_1X1_INPUT_GROUP_WORKER_CYCLES
 
     def cycles(channels: int, rows: int) -> int:
-        passes = g * -(-channels // units) * blocks
-        return passes * (load + rows * stream) + (passes - 1) * restart
+        groups = -(-channels // units)
+        passes = g * groups * blocks
+        zero = math.ceil(g * rows * padded_channels(channels, units) * ACCUMULATOR_BYTES /
+                         target.local_bytes_per_tile_cycle) if kernel else 0
+        return passes * (load + rows * stream) + (passes - 1) * restart + \
+            g * (blocks - 1) * group_restart + zero
     return min(cycles(n, m), cycles(m, n))
 
 
-def mac_cycles(g: int, m: int, n: int, k: int, itemsize: int, target: Target) -> int:
-    """Cycles of vector multiply-accumulates (no AMP): one 64-bit vector of products a cycle
-    on a tile (the six workers issue in turn), over every output and contraction element,
-    with each output's contraction padded to whole vectors."""
+def padded_channels(channels: int, units: int) -> int:
+    """Output channels as the AMP's partial sums hold them: padded to its 8-unit configuration
+    when there are no more than 8, else to whole groups of the tile's units (G-4)."""
+    if channels <= AMP_MIN_UNITS < units:
+        return AMP_MIN_UNITS
+    return -(-channels // units) * units
+
+
+def mac_cycles(g: int, m: int, n: int, k: int, itemsize: int, target: Target,
+               positions: int = 1) -> int:
+    """Cycles of PopLibs' HorizontalMac vertex (no AMP; G-4): per output element, output
+    channel and kernel position 7 cycles and a dense dot product over the channels (7, and
+    one a 64-bit vector of them), six workers in turn."""
     per_vector = max(1, VECTOR_BYTES // itemsize)
-    return g * m * n * -(-k // per_vector)
+    channels = -(-k // max(1, positions))
+    dot = HMAC_DOT_CYCLES + -(-channels // per_vector)
+    return g * m * n * positions * (HMAC_OUTPUT_CYCLES + dot)
 
 
-def _blocks(p: Product, kt: int, pk: int, target: Target) -> int:
-    """AMP blocks of a tile's share kt of the contraction: whole kernel positions when K is
-    split no finer than them, each padded to whole blocks."""
+def _blocks(p: Product, kt: int, pk: int, target: Target) -> tuple[int, int]:
+    """(AMP blocks, kernel rows a block holds) of a tile's share kt of the contraction: whole
+    kernel positions when K is split no finer than them, each padded to whole blocks. With
+    fewer channels than a block, a block holds g channels of block / g kernel rows (PopLibs'
+    convUnitWeightHeight; g a multiple of the units' input load dividing the block): the
+    grouping of fewest passes, on fewest rows."""
     depth = target.amp_block_inputs(p.itemsize)
-    if pk <= p.positions:
-        return -(-p.positions // pk) * -(-p.depth // depth)
-    return -(-kt // depth)
+    if pk > p.positions:
+        return -(-kt // depth), 1
+    positions = -(-p.positions // pk)
+    # a tile's kernel positions as rows of the kernel's width (fewer than a row: one each)
+    rows, width = (-(-positions // p.width), p.width) if positions >= p.width else \
+        (positions, 1)
+    load = target.amp_shape(p.itemsize)[1]
+    heights = {group: depth // group if rows > 1 else 1
+               for group in range(load, depth + 1, load) if depth % group == 0}
+    return min((-(-rows // height) * width * -(-p.depth // group), height)
+               for group, height in heights.items())
+
+
+def transform_copy_cycles(nbytes: float, itemsize: int, target: Target) -> int:
+    """poplin's estimate of copying a tile's share of a rearranged operand (G-4): at the
+    smaller of the local memory's rate and one element a cycle, scaled by 4/5."""
+    rate = min(target.local_bytes_per_tile_cycle, itemsize)
+    scale, per = TRANSFORM_COPY_SCALE
+    return math.ceil(nbytes * scale / (rate * per))
 
 
 def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bool],
@@ -153,14 +209,33 @@ def _cost(p: Product, splits_: tuple[int, int, int, int], placed: tuple[bool, bo
     xbw = target.exchange_bytes_per_tile_cycle
     received = math.ceil(whole / serial)
     if amp:
-        work = amp_cycles(gt, mt, nt, -(-_blocks(p, kt, pk, target) // serial), p.itemsize,
-                          target, p.positions > 1)
+        blocks, height = _blocks(p, kt, pk, target)
+        work = amp_cycles(gt, mt, nt, -(-blocks // serial), p.itemsize, target,
+                          p.positions > 1 or height > 1, height)
     else:
-        work = mac_cycles(gt, mt, nt, -(-kt // serial), p.itemsize, target)
+        work = mac_cycles(gt, mt, nt, -(-kt // serial), p.itemsize, target,
+                          -(-p.positions // min(pk, p.positions)))
     compute = serial * (target.vertex_cycles + work)
     exchange = serial * (target.exchange_setup_cycles + math.ceil(received / xbw)) \
         if received else 0
     syncs = serial * (2 if received else 1)
+    if p.fold > 1:
+        # the tile's block of the widened input is copied before its exchange (poplin's
+        # expandDims: its input rearrangement, G-4)
+        widened = gt * mt * -(-p.left_k // pk) * p.itemsize
+        compute += target.vertex_cycles + transform_copy_cycles(widened, p.itemsize, target)
+        syncs += 1
+    units = target.amp_shape(p.itemsize)[0]
+    padded = padded_channels(nt, units) if amp else nt
+    if p.conv and padded != nt:
+        # channels padded to the units' groups: the float32 partial sums hold the padded
+        # channels, and the output is copied out of them and exchanged to its layout
+        # (poplin's rearrangeOutput, G-4)
+        out = gt * mt * padded * p.itemsize
+        compute += target.vertex_cycles + transform_copy_cycles(out, p.itemsize, target)
+        exchange += target.exchange_setup_cycles + math.ceil(out / xbw)
+        syncs += 2
+        partials = max(partials, gt * mt * padded * ACCUMULATOR_BYTES)
     if pk > 1:
         # reduce-scatter of the float32 partials across the pk tiles sharing an output block,
         # in poplin's stages: each gathers the partials of its groups and adds them
@@ -360,24 +435,28 @@ class Kernel:
 @functools.lru_cache(maxsize=1024)
 def choose_conv(g: int, m: int, n: int, kernel: Kernel, itemsize: int, target: Target,
                 placed: tuple[bool, bool] = (True, True)) -> Choice:
-    """The plan of a convolution: the AMP on one kernel position at a time (channels padded
-    to the units' depth), on the kernel width folded into the channels, or on the whole
-    kernel folded (im2col); or vector multiply-accumulates. Folding copies the input that
-    many times wider into tile memory, so a low memory proportion rules it out."""
+    """The plan of a convolution: the AMP on the kernel's positions in turn (PopLibs' nx1
+    vertex: a block of weights holds a group of channels at one or more kernel rows), on the
+    kernel width folded into the channels, or on the whole kernel folded (im2col, the 1x1
+    vertex); or PopLibs' HorizontalMac vertex, no AMP. Folding copies the input that many
+    times wider into tile memory, so a low memory proportion rules it out; output channels
+    padded to the units' groups leave float32 partial sums to copy the output out of."""
     k = kernel.positions * kernel.channels
-    folds = {1: "AMP, one kernel position at a time"}
+    folds = {1: "AMP, kernel positions in turn"}
     if kernel.width > 1:
         folds[kernel.width] = "AMP on channels widened by the kernel width"
     if kernel.positions > kernel.width:
         folds[kernel.positions] = "AMP on the whole kernel folded into channels (im2col)"
-    mac = Product(g, m, n, k, itemsize, kernel.positions, kernel.channels)
+    mac = Product(g, m, n, k, itemsize, kernel.positions, kernel.channels, width=kernel.width,
+                  conv=True)
 
     def candidates(t: Target) -> list[Plan]:
         plans = []
         for fold, method in folds.items():
             p = Product(g, m, n, k, itemsize, kernel.positions // fold,
-                        kernel.channels * fold, fold)
+                        kernel.channels * fold, fold, kernel.width if fold == 1 else 1,
+                        conv=True)
             plans += [_as_plan(method, plan, p.positions) for plan in _variants(p, placed, t, True)]
-        return plans + [_as_plan("vector multiply-accumulates, no AMP", plan)
+        return plans + [_as_plan("HorizontalMac, no AMP", plan)
                         for plan in _variants(mac, placed, t, False)]
     return _within_memory(candidates, target)

@@ -25,7 +25,9 @@ SOURCES: dict[str, str] = {
            "https://docs.graphcore.ai/projects/poplar-api/",
     "G-4": "graphcore/poplibs, lib/poplin/ConvPlan.cpp and lib/poplin/ConvModel.cpp (AMP "
            "unit inputs per cycle, planner sync and exchange constants, availableMemoryProportion "
-           "0.6): https://github.com/graphcore/poplibs",
+           "0.6, transform costs), ConvVertexType.cpp (vertex and channel-grouping candidates), "
+           "PerformanceEstimation.hpp (AMP, HorizontalMac and reduce vertex estimates) and "
+           "codelets/asm/conv_partial_*.S: https://github.com/graphcore/poplibs",
     "G-5": "graphcore/poplibs, lib/popops/DynamicSlice.cpp (embedding planner: slice/update "
            "splits) and lib/popops/PerformanceEstimation.cpp (MultiSlice / MultiUpdateOp vertex "
            "cycles): https://github.com/graphcore/poplibs",
@@ -141,8 +143,9 @@ IPU21_FP32_FLOPS_PER_TILE_CYCLE = 32  # [D] not published; assumed as ipu2 (same
 # half inputs, G-4: "32 QUARTER inputs" in 4 cycles) both say. Chips without fp8 have none.
 IPU21_FP8_FLOPS_PER_TILE_CYCLE = 2 * IPU21_FP16_FLOPS_PER_TILE_CYCLE  # [D from S, P] G-13, G-4
 C600_CLOCK_HZ = C600_PEAK_FP16_FLOPS / (IPU21_TILES * IPU21_FP16_FLOPS_PER_TILE_CYCLE)  # [D] G-13
-# Each AMP unit takes this many input elements a cycle [P, G-4];
-# units per tile = MACs per cycle / this [D]. Products are padded to whole units and inputs.
+# Each AMP unit is loaded this many input elements a cycle (PopLibs' convInputLoadElems,
+# TileConstants.hpp's CONV_UNIT_INPUT_LOAD_ELEMS_*) [P, G-4]; a unit holds its pipeline depth
+# times this many weights (below), and a block of input channels must be a multiple of it.
 AMP_FP16_INPUTS_PER_CYCLE = 4  # [P]
 AMP_FP32_INPUTS_PER_CYCLE = 2  # [P]
 AMP_FP8_INPUTS_PER_CYCLE = 8  # [P] G-4: ConvVertexType.cpp's 8-element quarter loads
@@ -152,14 +155,64 @@ AMP_FP8_INPUTS_PER_CYCLE = 8  # [P] G-4: ConvVertexType.cpp's 8-element quarter 
 # vertex launch and sync, which loading 16 x 16 weights at one 64-bit load a cycle (64 cycles)
 # accounts for [D from P, C-1]. Was 16 deep for fp32 too.
 AMP_PIPELINE_DEPTH = 4  # [D from P] C-1, G-4
+# A row of inputs (one output element) streams through the units' block of weights in 4
+# cycles for fp16 and fp8 and in 8 for fp32: PopLibs' AMP worker loops (G-4, lib/poplin/
+# PerformanceEstimation.hpp, getConvPartialnx1WorkerCycles and getConvPartial1x1Supervisor-
+# InnerLoopCycleEstimateHalfFloat: "coreCycles = floatActivations ? 8 : 4"; codelets/asm/
+# conv_partial_nx1_float_float_16.S: "46 + (num_field_elems - 3) * 8"). An fp32 row loads 8
+# inputs and 16 partial sums and stores 16: 8 cycles. The units a tile has follow from its
+# multiply-accumulates a cycle [D from P]: 16 x 8 / 8 = 16 fp32 units on ipu2 and ipu21
+# (PopLibs' f32sisov2amp vertices, conv_partial_1x1_float_float_16.S), 8 on ipu1
+# (f32sisoamp); 16 fp16 units (8 on ipu1). Was 4 cycles a row for fp32 (8 units on ipu2),
+# twice as fast as PopLibs' estimate on thin products.
+AMP_ROW_CYCLES = 4  # [P] G-4: fp16 and fp8
+AMP_FP32_ROW_CYCLES = 8  # [P] G-4
+# PopLibs' AMP configurations of 8 units (ConvVertexType.cpp: "On IPU2 we need to enable 8
+# engines config as well"): output channels are padded to 8 when there are no more, else to
+# the tile's units [P] G-4.
+AMP_MIN_UNITS = 8  # [P] G-4
 # Each further pass of PopLibs' AMP vertex (ConvPartialnx1) over a block of weights (another
 # kernel position, input-channel group or output-channel group) runs its supervisor's inner
-# loop again and restarts its workers (G-4, lib/poplin/PerformanceEstimation.hpp): 12 + 15 + 3
-# supervisor cycles, and per worker 17 to start and 3 + 34 for a worklist entry beyond the 4
-# cycles of each of its first 3 rows (3 + 45 and 8 for fp32): 42 worker cycles, six workers in
-# turn. The first pass's are in the vertex launch (C-1 measures one pass).
-AMP_PASS_SUPERVISOR_CYCLES = 30  # [P] G-4
+# loop again and restarts its workers (G-4, lib/poplin/PerformanceEstimation.hpp,
+# getConvPartialnx1SupervisorInnerLoopCycleEstimateHalfFloat): 12 + 3 supervisor cycles plus
+# the weights' loads for their height (below), and per worker 17 to start and 3 + 34 for a
+# worklist entry beyond the 4 cycles of each of its first 3 rows (3 + 45 and 8 for fp32): 42
+# worker cycles, six workers in turn. The first pass's are in the vertex launch (C-1 measures
+# one pass).
+AMP_PASS_SUPERVISOR_CYCLES = 15  # [P] G-4
 AMP_PASS_WORKER_CYCLES = 42  # [P] G-4
+# Fewer input channels than a unit's weights: the unit holds a block of g channels at
+# weights / g kernel rows (PopLibs' convUnitWeightHeight, ConvModel.cpp's
+# getConvUnitWeightHeight), and the nx1 vertex's supervisor loads the weights of such a block
+# in more cycles: 15 for one row, 46 for two, 60 for four, else 20 a row
+# (getConvPartialnx1SupervisorInnerLoopCycleEstimateHalfFloat) [P] G-4.
+AMP_WEIGHT_HEIGHT_LOAD_CYCLES = {1: 15, 2: 46, 4: 60}  # [P] G-4
+AMP_WEIGHT_ROW_LOAD_CYCLES = 20  # [P] G-4: other heights
+# PopLibs' 1x1 AMP vertex (a matmul, or a kernel folded whole into its channels) restarts its
+# workers for each further block of weights too (G-4, lib/poplin/PerformanceEstimation.hpp,
+# getConvPartial1x1SupervisorOuterLoopCycleEstimateHalfFloat): per block (an output-channel
+# group of an input-channel group) 19 + 6 supervisor cycles, and per worker 38 - 7 beyond the 4
+# cycles of each row, less its first three (46 beyond 8 a row, less three, for fp32): 19; per
+# further input-channel group 15 more supervisor cycles and 3 a worker (its retained state).
+# Was left out, which made the thinnest products (C-2, n = 4) about twice too fast [P] G-4.
+AMP_1X1_PASS_SUPERVISOR_CYCLES = 25  # [P] G-4
+AMP_1X1_PASS_WORKER_CYCLES = 19  # [P] G-4
+AMP_1X1_INPUT_GROUP_SUPERVISOR_CYCLES = 15  # [P] G-4
+AMP_1X1_INPUT_GROUP_WORKER_CYCLES = 3  # [P] G-4
+# PopLibs' HorizontalMac vertex (convolutions without the AMP; G-4, PerformanceEstimation.hpp,
+# getConvPartialHorizontalMacCycleEstimate and getDenseDotProductCycles): per output element,
+# output channel and kernel position 7 cycles, and a dense dot product over the channels of 7
+# (loop set-up and wind-down, the sum with the previous partials, a branch) plus one a 64-bit
+# vector; six workers in turn [P] G-4. Was one 64-bit vector of products a cycle, 8 times
+# faster than PopLibs' estimate for 4 fp32 channels.
+HMAC_OUTPUT_CYCLES = 7  # [P] G-4
+HMAC_DOT_CYCLES = 7  # [P] G-4
+# poplin's planner charges a convolution's rearrangements (an input widened by folding kernel
+# dimensions into its channels; an output whose channels were padded to the units' groups) as
+# a copy at the smaller of memcpy's rate and one element a cycle, scaled by 4/5, and an
+# exchange of the same bytes (G-4, ConvModel.cpp, addTransformCycleEstimate and
+# getScaleFactorForTransform) [P]; memcpy's rate is taken as the local memory's [D].
+TRANSFORM_COPY_SCALE = (5, 4)  # [P] G-4
 # poplin reduces a matmul's or convolution's partial sums in two stages from 16 partials an
 # output, in three from 125 (ConvReducePlan.cpp's getNumReduceStages, "chosen based on
 # benchmarking"), each stage an exchange and an add of its groups [P] G-4.
@@ -461,15 +514,21 @@ class Target:
         return self.fp32_flops_per_tile_cycle
 
     def amp_shape(self, itemsize: int) -> tuple[int, int]:
-        """(units, inputs per cycle) of the multiply units for operands of itemsize bytes:
-        a product is padded to whole units (its output channels) and whole inputs."""
+        """(units, inputs loaded a cycle) of the multiply units for operands of itemsize bytes:
+        a product is padded to whole units (its output channels) and whole inputs. The units
+        follow from the multiply-accumulates a cycle, a row's cycles and a block's depth."""
         if itemsize == 1 and self.fp8_flops_per_tile_cycle > self.fp16_flops_per_tile_cycle:
             inputs, flops = AMP_FP8_INPUTS_PER_CYCLE, self.fp8_flops_per_tile_cycle
         elif itemsize <= 2:
             inputs, flops = AMP_FP16_INPUTS_PER_CYCLE, self.fp16_flops_per_tile_cycle
         else:
             inputs, flops = AMP_FP32_INPUTS_PER_CYCLE, self.fp32_flops_per_tile_cycle
-        return max(1, flops // 2 // inputs), inputs
+        depth = AMP_PIPELINE_DEPTH * inputs
+        return max(1, flops // 2 * self.amp_row_cycles(itemsize) // depth), inputs
+
+    def amp_row_cycles(self, itemsize: int) -> int:
+        """Cycles a row of inputs takes through the units' block of weights (4, fp32 8)."""
+        return AMP_FP32_ROW_CYCLES if itemsize >= 4 else AMP_ROW_CYCLES
 
     def amp_block_inputs(self, itemsize: int) -> int:
         """Inputs of a block of weights the multiply units hold: their pipeline depth times the
