@@ -274,6 +274,21 @@ def test_scatter_add_spreads_colliding_updates_over_groups():
     assert row.cycles < 3 * wide.cycles
 
 
+def test_scatter_into_a_later_dimension_counts_that_dimension_s_rows():
+    # t.at[:, i].add(u), t float32[8, 1000]: the indices pick among the 1000 entries of
+    # dimension 1 (scattered_dims_to_operand_dims = [1]), so the table has 1000 rows of 8
+    # (32 B), as t.T.at[i].add(u.T) does; before, the rows were read from dimension 0 (8)
+    # and the planner split 16 updates over groups adding into partials of 8 rows
+    i = _spec(16, dtype=jnp.int32)
+    later = _row(_report(lambda t, i, u: t.at[:, i].add(u), _spec(8, 1000), i, _spec(8, 16),
+                         tiles=16), "scatter")
+    first = _row(_report(lambda t, i, u: t.at[i].add(u), _spec(1000, 8), i, _spec(16, 8),
+                         tiles=16), "scatter")
+    assert later.note.startswith("16 updates of 32 B rows into 1000 rows;")
+    assert (later.plan, later.cycles) == (first.plan, first.cycles)
+    assert later.plan.startswith("updates whole, rows split")
+
+
 def test_sort_across_tiles_hand_computed():
     # float32[1024] on 32 tiles of 32: local sort (32 x log2 32 compares, 27 per worker), then
     # log2(32)^2 = 25 bitonic steps, each an exchange of the tile's 128 B and a merge pass.

@@ -664,7 +664,7 @@ def scatter(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> OpCost
     window = max(1, math.prod(updates.shape[d] for d in dn.get("update_window_dims") or []))
     count = max(1, updates.size // window)
     rows = max(1, math.prod(operand.shape[d] for d in
-                            dn.get("scatter_dims_to_operand_dims") or [0]))
+                            dn.get("scattered_dims_to_operand_dims") or [0]))
     combine = any(alu_cycles(o.kind) for r in op.regions for o in r.ops)
     base = op.operand_ids[0] if op.operand_ids else None
     fill = base is not None and isinstance(layouts.of(base, operand), Everywhere)
