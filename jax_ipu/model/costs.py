@@ -22,7 +22,6 @@ from jax_ipu.model.mapping import (
     Linear,
     Mapped,
     Placement,
-    distinct_per_tile,
     fresh,
     sample_indices,
     tiles_used,
@@ -164,6 +163,23 @@ class OpCost:
     on_tiles: tuple[int, ...] | None = None
     plan: str = ""  # the plan a planner chose, with its cycles
     alternative: str = ""  # the runner-up plan and why it lost
+    # What an expression's vertices read from other tiles: Poplar's exchange writes it into a
+    # buffer on the reading tile, held from the exchange to the op's compute set
+    # (model/memory.py). Its busiest tile, how many tiles receive, and that tile's share of
+    # each operand read from elsewhere: (elements, bytes an element).
+    received: Received | None = None
+
+
+@dataclass(frozen=True)
+class Received:
+    """Operand elements an op's tiles receive from other tiles, each element once a tile."""
+
+    bytes_per_tile: float  # on the busiest receiving tile
+    tiles: int  # tiles that receive
+    by_operand: tuple[tuple[float, int], ...]  # the busiest tile's (elements, itemsize) each
+    # elements of the result on a tile spread linearly, as memory holds it: a tile receives
+    # no more of an operand than its result elements read
+    share: float
 
 
 Rule = Callable[[Op, list[Op], Target, Layouts], OpCost]
@@ -295,20 +311,20 @@ def elementwise(op: Op, fused: list[Op], target: Target, layouts: Layouts) -> Op
     vectors = -(-per_tile // width)
     arithmetic = sum(op_flops(o) * (1 if id(o) in once else out.size) for o in computing
                      if op_class(o) == "elementwise")
-    exchange = exchange_cycles(received, target)
+    exchange = exchange_cycles(received.bytes_per_tile if received else 0, target)
     return OpCost(
         flops=arithmetic,
         bytes_accessed=out.size * (sum(s.type.itemsize for s in streams) + out.itemsize),
         compute_cycles=target.vertex_cycles + _scalar_cycles(once.values(), target) +
         worker_cycles(vectors, per_vector, target),
         exchange_cycles=exchange, syncs=1 + (1 if exchange else 0), tiles=tiles,
-        placement=placement)
+        placement=placement, received=received)
 
 
 def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layouts: Layouts
-                   ) -> tuple[Placement, int, int, float]:
-    """(where the result lives, elements on its busiest tile, tiles used, bytes the busiest
-    tile receives) for an elementwise result reading `streams`."""
+                   ) -> tuple[Placement, int, int, Received | None]:
+    """(where the result lives, elements on its busiest tile, tiles used, what its tiles
+    receive from other tiles) for an elementwise result reading `streams`."""
     places = [layouts.of(s.vid, s.type) for s in streams]
     full = [i for i, s in enumerate(streams) if s.index is None and s.type.size == out.size
             and not isinstance(places[i], Everywhere)]
@@ -319,39 +335,69 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
                   for s, p in zip(streams, places, strict=True))
     if aligned and linear:
         # Results of earlier ops line up element for element: nothing moves.
-        return home, -(-out.size // home.tiles), home.tiles, 0.0
+        return home, -(-out.size // home.tiles), home.tiles, None
     if aligned and isinstance(home, Mapped):
         counts = home.counts(target.num_tiles)
         return Mapped(out.size, home.runs_start, home.runs_tile), math.ceil(counts.max()), \
-            int((counts > 0).sum()), 0.0
+            int((counts > 0).sum()), None
     r, scale, whole = sample_indices(out.size, home)
     fallback = r * max(1, tiles_used(out.nbytes, target.num_tiles)) // max(1, out.size)
     home_tiles, _ = home.locate(r)
     home_tiles = np.where(home_tiles < 0, fallback, home_tiles)
     counts = np.bincount(home_tiles, minlength=target.num_tiles) * scale
-    received = np.zeros(target.num_tiles)
+    wanted = []  # (stream, receiving tiles, keys) of elements that live on other tiles
     for i, (s, p) in enumerate(zip(streams, places, strict=True)):
         if full and i == full[0] or isinstance(p, Everywhere):
             continue
-        idx = r if s.index is None else s.index(r)
-        tiles, keys = p.locate(idx)
+        tiles, keys = p.locate(r if s.index is None else s.index(r))
         remote = (tiles >= 0) & (tiles != home_tiles)
-        if not remote.any():
-            continue
-        if s.index is None:
-            need = np.bincount(home_tiles[remote], minlength=target.num_tiles) * scale
-        else:  # broadcasts repeat elements: a tile receives each one once
-            need = distinct_per_tile(home_tiles[remote], keys[remote], target.num_tiles, scale)
-        received += need * s.type.itemsize
+        if remote.any():
+            wanted.append((i, home_tiles[remote], keys[remote]))
+    need = _received_once(wanted, len(streams), target.num_tiles, scale)
     if whole > 0:  # a linear result: only its first `whole` tiles were looked at in full
-        counts, received = counts[:whole], received[:whole]
+        counts, need = counts[:whole], need[:, :whole]
         used = home.tiles
     else:
         used = int((counts > 0).sum())
     # A result over a view is a tensor of its own, laid out like the view (as Poplar clones
     # an elementwise op's first operand): it never nests placements.
     place = home if linear else Mapped.from_sample(out.size, r, home_tiles)
-    return place, math.ceil(counts.max()), used, float(received.max())
+    sizes = np.array([s.type.itemsize for s in streams], dtype=np.float64)
+    received = sizes @ need if len(streams) else np.zeros(1)
+    if not received.any():
+        return place, math.ceil(counts.max()), used, None
+    busiest = int(np.argmax(received))
+    receiving = int((received > 0).sum())
+    if whole > 0:  # the pattern of the tiles looked at repeats over the others
+        receiving = min(used, math.ceil(receiving * used / max(1, len(received))))
+    by_operand = tuple((float(need[i, busiest]), s.type.itemsize)
+                       for i, s in enumerate(streams) if need[i, busiest])
+    share = -(-out.size // max(1, tiles_used(out.nbytes, target.num_tiles)))
+    return place, math.ceil(counts.max()), used, \
+        Received(float(received[busiest]), receiving, by_operand, share)
+
+
+def _received_once(wanted: list[tuple[int, np.ndarray, np.ndarray]], streams: int,
+                   n_tiles: int, scale: float) -> np.ndarray:
+    """Elements each tile receives (streams x tiles), each stored element once a tile however
+    many operands (shifted slices, a broadcast's repeats) read it, counted to the first
+    operand that reads it. The sample stands for `scale` times as many elements: an element
+    seen once stands for unseen ones (Good-Turing, as mapping.distinct_per_tile)."""
+    out = np.zeros((streams, n_tiles), dtype=np.float64)
+    if not wanted:
+        return out
+    which = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t, _ in wanted])
+    tiles = np.concatenate([t for _, t, _ in wanted])
+    keys = np.concatenate([k for _, _, k in wanted])
+    order = np.lexsort((which, keys, tiles))
+    w, t, k = which[order], tiles[order], keys[order]
+    first = np.ones(len(t), dtype=bool)
+    first[1:] = (t[1:] != t[:-1]) | (k[1:] != k[:-1])
+    starts = np.flatnonzero(first)
+    seen = np.diff(np.append(starts, len(t)))
+    weight = np.where(seen == 1, scale, 1.0)
+    np.add.at(out, (w[starts], t[starts]), weight)
+    return out
 
 
 # --- reductions ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ state shares one buffer with the loop's operand and result, as XLA's buffer assi
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,9 @@ class _Liveness:
     # per step: matmul workspace, vertex temporaries or loop-body temporaries
     transient: list[Transient]
     outputs: list[list[int]]  # the buffers holding each of the block's results
+    # per step: operand data the op's tiles received from other tiles, (bytes on each
+    # receiving tile, receiving tiles)
+    received: list[tuple[int, int]]
 
 
 def _uses_at(op: Op) -> list[int]:
@@ -116,9 +120,11 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             buf_of[vid] = [len(buffers)]
             buffers.append(b)
     transient: list[Transient] = []
+    received: list[tuple[int, int]] = []
     for i in stored:
         op, s = ops[i], step_of[i]
         transient.append(_transient(op, uses, rows, shards, off_tile))
+        received.append(_received(op, rows.get(id(op)), shards))
         for j, layout in tiles.operand_layouts(op).items():  # constants laid out where used
             for b in buf_of.get(op.operand_ids[j], []):
                 if buffers[b].category == "constants":
@@ -157,7 +163,7 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
             if layout is not None:
                 buffers[-1].lay_out(layout)
     return _Liveness(buffers, [ops[i] for i in stored], transient or [(0, 0, None)],
-                     [buf_of.get(v, []) for v in output_ids])
+                     [buf_of.get(v, []) for v in output_ids], received or [(0, 0)])
 
 
 def schedule(ops: list[Op], uses: Counter) -> list[Op]:
@@ -264,6 +270,27 @@ def _transient(op: Op, uses: Counter, rows: dict[int, OpRow],
     return work
 
 
+def _received(op: Op, row: OpRow | None, shards: dict[int, tuple[int, ...]]
+              ) -> tuple[int, int]:
+    """(bytes on each receiving tile, receiving tiles) of the operand elements an expression's
+    vertices read from other tiles (a shifted slice's neighbour rows, a transposed view's
+    rows, a broadcast vector): Poplar's exchange writes them into a buffer on the reading
+    tile, live from the exchange to the end of the op's compute set, each element once.
+
+    Of each operand read from elsewhere a tile receives no more than its share of the result
+    reads, the result spread linearly as memory holds it. A result sharded over devices
+    (Program.shards) is costed whole but held one shard a device, so its share is a shard's
+    (a neighbour plane of a grid sharded on its first dimension is as far away, in
+    elements, on each device)."""
+    got = row.cost.received if row else None
+    if got is None or not op.results:
+        return 0, 0
+    out = op.results[0]
+    share = got.share * out.shard(shards.get(op.result_ids[0])).size / max(1, out.size)
+    per_tile = min(got.bytes_per_tile, sum(min(n, share) * size for n, size in got.by_operand))
+    return math.ceil(per_tile), got.tiles
+
+
 def _region_args(op: Op, region: Region, shards: dict[int, tuple[int, ...]]
                  ) -> list[_Buffer | None]:
     """External buffers for a region's arguments that its op's operands hold: a while loop's
@@ -313,9 +340,10 @@ def _placed_peak(live: _Liveness) -> Transient:
     """A block holding values on named tiles, as one transient: the peak of its other bytes
     (spread linearly) and each named tile's own peak."""
     linear, per_tile = 0, Counter()
-    for s, (tbytes, _, layout) in enumerate(live.transient):
+    for s, ((tbytes, _, layout), (got, receiving)) in enumerate(
+            zip(live.transient, live.received, strict=True)):
         here = Counter(layout or {})
-        flat = tbytes
+        flat = tbytes + got * receiving
         for b in live.buffers:
             if b.start <= s <= b.end:
                 if b.layout:
@@ -336,7 +364,9 @@ def _peak(live: _Liveness) -> int:
         if b.start <= b.end and b.start < n:
             delta[b.start] += b.nbytes
             delta[min(b.end, n - 1) + 1] -= b.nbytes
-    work = np.array([t + sum((layout or {}).values()) for t, _, layout in live.transient],
+    work = np.array([t + sum((layout or {}).values()) + per_tile * tiles
+                     for (t, _, layout), (per_tile, tiles) in zip(live.transient, live.received,
+                                                                  strict=True)],
                     dtype=np.int64)
     return int((np.cumsum(delta[:n]) + work).max()) if n else 0
 
@@ -399,6 +429,12 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         work_vecs.append(vec)
         delta[s] += vec
         delta[s + 1] -= vec
+    received_vecs = []
+    for s, (per_tile, receiving) in enumerate(live.received):
+        vec = uniform_share(per_tile * receiving, receiving, t)
+        received_vecs.append(vec)
+        delta[s] += vec
+        delta[s + 1] -= vec
     code = code_per_tile(rows, target)
     code_here = sum(code.values())
     always += code_here
@@ -417,6 +453,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         if live_at(b, peak_step):
             by_category[b.category] += b.nbytes
     by_category["workspace"] += int(work_vecs[peak_step].sum())
+    by_category["received"] += int(received_vecs[peak_step].sum())
     for name, per in code.items():
         by_category[name] += int(per.sum())
 
@@ -429,6 +466,12 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
             f"{op.kind if op else 'op'} workspace", "workspace",
             int(work_vecs[tile_step][max_tile]), int(work_vecs[tile_step].sum()),
             str(op.location) if op else "<unknown>"))
+    if received_vecs[tile_step][max_tile]:
+        op = live.steps[tile_step]
+        contributors.append(Contributor(
+            f"{op.kind} operands received from other tiles", "received",
+            int(received_vecs[tile_step][max_tile]), int(received_vecs[tile_step].sum()),
+            str(op.location)))
     contributors += [Contributor(name, name, int(per[max_tile]), int(per.sum()), "<code>")
                      for name, per in code.items() if per[max_tile]]
     contributors.sort(key=lambda c: -c.bytes_on_tile)
@@ -450,7 +493,8 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
         argument_bytes=sum(ty.nbytes for ty in inputs),
         output_bytes=sum(ty.nbytes for ty in outputs),
         alias_bytes=sum(inputs[i].nbytes for i in program.aliases if i < len(inputs)),
-        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"]),
+        temporary_bytes=int(by_category["temporaries"] + by_category["workspace"] +
+                            by_category["received"]),
         other_kinds=dict(placement.held),
         host_argument_bytes=sum(a.nbytes for a in all_inputs) - sum(a.nbytes for a in inputs),
         host_output_bytes=sum(o.nbytes for o in all_outputs) - sum(o.nbytes for o in outputs),
