@@ -93,13 +93,15 @@ def test_donated_loop_no_larger_than_its_step(body):
 
 def test_slices_of_loop_state_are_views_not_copies():
     # The body of u -> pad(u[2:] + u[:-2], 1) holds only the sum (16382 floats: 65528 B) on
-    # top of what the plain body holds; its two slices are views of the state (before: each a
+    # top of what the plain body holds, and while the sum runs the 2 elements each of the
+    # 15 tiles after the first receives from its neighbour (120 B; the plain body's peak
+    # holds a scalar or two more); its two slices are views of the state (before: each a
     # copy, 131064 B of workspace)
     plain = _contributors(_memory(loop, X, donate_argnums=0))["while workspace"][1]
     shifted = _contributors(_memory(
         lambda u: lax.fori_loop(0, 4, lambda i, u: jnp.pad(u[2:] + u[:-2], 1), u), X,
         donate_argnums=0))["while workspace"][1]
-    assert shifted - plain == (N - 2) * 4
+    assert (N - 2) * 4 + 15 * 8 - 8 <= shifted - plain <= (N - 2) * 4 + 15 * 8
 
 
 def test_nested_loops_share_the_state():
@@ -256,9 +258,11 @@ def gray_scott_step(u, v):
 
 
 def test_two_field_reaction_diffusion_fits_as_its_step_does():
-    # Gray-Scott on two float32[7000, 7000] fields (133 KB a tile each of an ipu2's 624 KiB):
-    # the donated loop holds the two fields and the step's two new interiors, as the step alone
-    # does (before: 1.6 MB on the busiest tile, out of memory)
+    # Gray-Scott on two float32[7000, 7000] fields (133 KB a tile each of an ipu2's 624 KiB,
+    # 4.75 rows): the donated loop holds the two fields and the step's two new interiors, as
+    # the step alone does (before: 1.6 MB on the busiest tile, out of memory), and while the
+    # second expression runs, the row above and the row below each tile's rows of its field
+    # (2 x 28 KB a tile, received from its neighbours)
     grid = jax.ShapeDtypeStruct((7000, 7000), jnp.float32)
     target = get_target("ipu2")
 
@@ -270,7 +274,9 @@ def test_two_field_reaction_diffusion_fits_as_its_step_does():
     assert not looped.out_of_memory and looped.loop_aliased_parameters == (0, 1)
     assert _data(looped) <= _data(alone) + 64
     field = 7000 * 7000 * 4
-    assert _contributors(looped)["while workspace"][1] < 2 * field + 64
+    halos = 1472 * 2 * 7000 * 4
+    assert 2 * field + halos <= _contributors(looped)["while workspace"][1] < \
+        2 * field + 1.02 * halos  # sampled
 
 
 def _heat_interior(u):
@@ -280,9 +286,12 @@ def _heat_interior(u):
 
 
 def test_3d_heat_loop_fits_in_both_forms():
-    # float32[300, 300, 300] (73 KB a tile): each step's slices of the loop state are views,
-    # so the loop holds the grid and the new interior (before: 663644 B on the busiest tile,
-    # 7 slices kept whole as copies, out of memory)
+    # float32[300, 300, 300] (73 KB a tile, a fifth of a plane): each step's slices of the
+    # loop state are views, so the loop holds the grid and the new interior (before: 663644 B
+    # on the busiest tile, 7 slices kept whole as copies, out of memory), and while the
+    # expression runs, what each tile receives from other tiles: its elements' neighbours a
+    # plane up and a plane down (two more tile shares, all elsewhere) and a row up and down
+    # (300 elements each, partly elsewhere)
     grid = jax.ShapeDtypeStruct((300, 300, 300), jnp.float32)
     forms = {"at_set": lambda u: u.at[1:-1, 1:-1, 1:-1].set(_heat_interior(u)),
              "pad": lambda u: jnp.pad(_heat_interior(u), 1)}
@@ -294,7 +303,8 @@ def test_3d_heat_loop_fits_in_both_forms():
                                             "the loop"][0]
     for m in memory.values():
         assert not m.out_of_memory and m.loop_aliased_parameters == (0,)
-        assert _contributors(m)["while workspace"][0] <= one_grid
+        assert 2.9 * one_grid <= _contributors(m)["while workspace"][0] <= \
+            3 * one_grid + 2 * 300 * 4
     assert memory["at_set"].max_tile_bytes <= 1.5 * memory["pad"].max_tile_bytes
     # a static copy, not a scatter (before: a scatter, 21x the pad form at 160^3)
     assert reports["at_set"].cycles.total <= 1.5 * reports["pad"].cycles.total
