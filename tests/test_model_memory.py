@@ -239,6 +239,26 @@ def test_stencil_of_shifted_slices_fits_where_copies_would_not():
     assert not m.out_of_memory
 
 
+def test_a_view_the_program_returns_is_a_buffer_of_its_own():
+    # An executable's output is an allocation of its own: a pad, transpose or broadcast the
+    # program returns is written into one (before: it took no bytes, a view of its operand).
+    # On 16 tiles of an ipu2: pad(float32[1024], 1) is 1026 floats, 4104 B in 8 B grains,
+    # 32 or 33 grains a tile (the busiest tile is one with 32); x.T of float32[64, 64] is
+    # 16384 B, 1024 a tile; zeros((1024,)) 4096 B, 256 a tile
+    target = get_target("ipu2", 16)
+    for fn, args, nbytes, busiest in (
+            (lambda x: jnp.pad(x, 1), [_spec(1024)], 4104, 32 * 8),
+            (lambda x: x.T, [_spec(64, 64)], 16384, 1024),
+            (lambda x: jnp.zeros((1024,)), [_spec(4)], 4096, 256)):
+        m = _judge_text(fn, *args, target=target).memory
+        assert m.by_category["outputs"] == nbytes
+        outputs = [c for c in m.top_contributors if c.category == "outputs"]
+        assert [(c.total_bytes, c.bytes_on_tile) for c in outputs] == [(nbytes, busiest)]
+    # a reshape of a temporary that dies there is that temporary: no copy
+    m = _judge_text(lambda x: (x * 2).reshape(32, 32), _spec(1024), target=target).memory
+    assert m.by_category["outputs"] == 4096 and "temporaries" not in m.by_category
+
+
 def mlp_loss(ws, x, remat):
     def layer(x, w):
         return jnp.tanh(jnp.sin(x @ w) * 2)

@@ -79,9 +79,12 @@ def _capacity(b: _Buffer) -> int:
 
 def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tuple[int, ...],
               args: list[_Buffer], output_ids: tuple[int, ...],
-              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int]) -> _Liveness:
+              shards: dict[int, tuple[int, ...]], off_tile: frozenset[int],
+              entry: bool = False) -> _Liveness:
     """Buffers of one block; args are the block's inputs (None for values owned elsewhere;
-    external buffers for a region's arguments, whose bytes its op's operands hold).
+    external buffers for a region's arguments, whose bytes its op's operands hold). In the
+    program's own block (`entry`), a result the program returns is a buffer of its own even
+    when its op is a view (_stored_output).
 
     Results with known shards (Program.shards) take the bytes of one device's shard; results in
     another memory kind than tile memory (`off_tile`, see streaming.py) take none."""
@@ -140,7 +143,9 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
                                        user_at.get(rid, str(op.location)), always_live=True))
                 continue
-            reuse = _reused(op, k, cls, reads, s, rtype.nbytes, buf_of, buffers, last)
+            reuse = None if entry and rid in outputs and \
+                _stored_output(op, k, cls, rtype.nbytes, buf_of, buffers) else \
+                _reused(op, k, cls, reads, s, rtype.nbytes, buf_of, buffers, last)
             if reuse is not None:
                 buf_of[rid] = reuse
                 for j in reuse:
@@ -191,6 +196,24 @@ def _early(op: Op, uses: Counter) -> bool:
     size = op.results[0].size
     return any(uses[v] == 1 and t.size == size
                for v, t in zip(op.operand_ids, op.operands, strict=False))
+
+
+def _stored_output(op: Op, k: int, cls: str, nbytes: int, buf_of: dict[int, list[int]],
+                   buffers: list[_Buffer]) -> bool:
+    """Whether result k of a view-like op (a pad, slice, transpose, concatenation, broadcast,
+    reshape), returned by the program, needs a buffer of its own: an executable's output is
+    an allocation of its own, so the view is copied into it (a pad's border written), as
+    XLA's copy insertion adds a copy for an output that is not a buffer. Only a rename
+    (a reshape, a barrier) of one whole temporary, or of a donated argument, of the same
+    bytes is that buffer itself."""
+    if cls not in ALIASING:
+        return False
+    if cls != "free" or k >= len(op.operand_ids):
+        return True
+    held = buf_of.get(op.operand_ids[k], [])
+    return not (len(held) == 1 and not buffers[held[0]].always_live and
+                not buffers[held[0]].external and buffers[held[0]].category != "constants"
+                and buffers[held[0]].nbytes == nbytes)
 
 
 def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
@@ -399,7 +422,7 @@ def analyze_memory(program: Program, rows: list[OpRow], target: Target,
                 0, "<argument>", always_live=i not in program.donated_inputs, parameter=i)
         for i, (ty, name) in enumerate(zip(inputs, _names(program), strict=False))]
     live = _liveness(program.ops, uses, by_op, program.input_ids, args, program.output_ids,
-                     program.shards, off_tile)
+                     program.shards, off_tile, entry=True)
     n = len(live.transient)
     for b in live.buffers:
         if b.always_live:
