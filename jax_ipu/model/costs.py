@@ -17,11 +17,13 @@ from jax_ipu.model.collectives import plan_collective
 from jax_ipu.model.complex_ops import float_work, parts, real_form
 from jax_ipu.model.ir import Op, TensorType
 from jax_ipu.model.mapping import (
+    KEY_SHIFT,
     Everywhere,
     Layouts,
     Linear,
     Mapped,
     Placement,
+    distinct_per_tile,
     fresh,
     sample_indices,
     tiles_used,
@@ -352,7 +354,7 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
         tiles, keys = p.locate(r if s.index is None else s.index(r))
         remote = (tiles >= 0) & (tiles != home_tiles)
         if remote.any():
-            wanted.append((i, home_tiles[remote], keys[remote]))
+            wanted.append((i, home_tiles[remote], keys[remote], s.index is not None))
     need = _received_once(wanted, len(streams), target.num_tiles, scale)
     if whole > 0:  # a linear result: only its first `whole` tiles were looked at in full
         counts, need = counts[:whole], need[:, :whole]
@@ -377,26 +379,40 @@ def _operand_tiles(out: TensorType, streams: list[_Stream], target: Target, layo
         Received(float(received[busiest]), receiving, by_operand, share)
 
 
-def _received_once(wanted: list[tuple[int, np.ndarray, np.ndarray]], streams: int,
+def _received_once(wanted: list[tuple[int, np.ndarray, np.ndarray, bool]], streams: int,
                    n_tiles: int, scale: float) -> np.ndarray:
     """Elements each tile receives (streams x tiles), each stored element once a tile however
     many operands (shifted slices, a broadcast's repeats) read it, counted to the first
-    operand that reads it. The sample stands for `scale` times as many elements: an element
-    seen once stands for unseen ones (Good-Turing, as mapping.distinct_per_tile)."""
+    operand that reads it. `wanted`: per operand, the receiving tiles and keys of its
+    elements on other tiles, and whether it repeats elements (a broadcast; else each result
+    element reads one of its own). The sample stands for `scale` times as many elements: an
+    element seen once stands for unseen ones (Good-Turing, as mapping.distinct_per_tile)."""
     out = np.zeros((streams, n_tiles), dtype=np.float64)
-    if not wanted:
+    # Operands of tensors no other operand reads (most operands of most expressions) are
+    # counted alone: each element once if it repeats none, else its distinct ones.
+    spans = [(k.min() >> KEY_SHIFT, k.max() >> KEY_SHIFT) for _, _, k, _ in wanted]
+    shared = []
+    for n, (i, tiles, keys, repeats) in enumerate(wanted):
+        lo, hi = spans[n]
+        if all(hi < a or b < lo for m, (a, b) in enumerate(spans) if m != n):
+            out[i] = distinct_per_tile(tiles, keys, n_tiles, scale) if repeats else \
+                np.bincount(tiles, minlength=n_tiles) * scale
+        else:
+            shared.append((i, tiles, keys, repeats))
+    if not shared:
         return out
-    which = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t, _ in wanted])
-    tiles = np.concatenate([t for _, t, _ in wanted])
-    keys = np.concatenate([k for _, _, k in wanted])
-    order = np.lexsort((which, keys, tiles))
+    which = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t, _, _ in shared])
+    tiles = np.concatenate([t for _, t, _, _ in shared])
+    keys = np.concatenate([k for _, _, k, _ in shared])
+    order = np.lexsort((keys, tiles))  # stable: the first operand's reading comes first
     w, t, k = which[order], tiles[order], keys[order]
     first = np.ones(len(t), dtype=bool)
     first[1:] = (t[1:] != t[:-1]) | (k[1:] != k[:-1])
     starts = np.flatnonzero(first)
     seen = np.diff(np.append(starts, len(t)))
     weight = np.where(seen == 1, scale, 1.0)
-    np.add.at(out, (w[starts], t[starts]), weight)
+    out += np.bincount(w[starts] * n_tiles + t[starts], weights=weight,
+                       minlength=streams * n_tiles).reshape(streams, n_tiles)
     return out
 
 
