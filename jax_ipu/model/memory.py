@@ -143,9 +143,9 @@ def _liveness(ops: list[Op], uses: Counter, rows: dict[int, OpRow], arg_ids: tup
                 buffers.append(_Buffer("constant", "constants", rtype.nbytes, 0, n - 1,
                                        user_at.get(rid, str(op.location)), always_live=True))
                 continue
-            reuse = None if entry and rid in outputs and \
-                _stored_output(op, k, cls, rtype.nbytes, buf_of, buffers) else \
-                _reused(op, k, cls, reads, s, rtype.nbytes, buf_of, buffers, last)
+            reuse = _reused(op, k, cls, reads, s, rtype.nbytes, buf_of, buffers, last)
+            if entry and rid in outputs and _stored_output(op, cls, reuse, buffers):
+                reuse = None
             if reuse is not None:
                 buf_of[rid] = reuse
                 for j in reuse:
@@ -198,22 +198,17 @@ def _early(op: Op, uses: Counter) -> bool:
                for v, t in zip(op.operand_ids, op.operands, strict=False))
 
 
-def _stored_output(op: Op, k: int, cls: str, nbytes: int, buf_of: dict[int, list[int]],
-                   buffers: list[_Buffer]) -> bool:
-    """Whether result k of a view-like op (a pad, slice, transpose, concatenation, broadcast,
-    reshape), returned by the program, needs a buffer of its own: an executable's output is
-    an allocation of its own, so the view is copied into it (a pad's border written), as
-    XLA's copy insertion adds a copy for an output that is not a buffer. Only a rename
-    (a reshape, a barrier) of one whole temporary, or of a donated argument, of the same
-    bytes is that buffer itself."""
+def _stored_output(op: Op, cls: str, reuse: list[int] | None, buffers: list[_Buffer]) -> bool:
+    """Whether a result of a view-like op (a pad, slice, transpose, concatenation, broadcast)
+    the program returns needs a buffer of its own: an executable's output is an allocation of
+    its own, so the view is copied into it (a pad's border written), as XLA's copy insertion
+    copies an output that is not a buffer. A rename (a reshape, a barrier, a tuple's element)
+    is the buffer it renames, unless that is an argument the caller keeps or a constant."""
     if cls not in ALIASING:
         return False
-    if cls != "free" or k >= len(op.operand_ids):
+    if cls != "free" or reuse is None:
         return True
-    held = buf_of.get(op.operand_ids[k], [])
-    return not (len(held) == 1 and not buffers[held[0]].always_live and
-                not buffers[held[0]].external and buffers[held[0]].category != "constants"
-                and buffers[held[0]].nbytes == nbytes)
+    return any(buffers[j].always_live or buffers[j].category == "constants" for j in reuse)
 
 
 def _reused(op: Op, k: int, cls: str, reads: list[int], step: int, nbytes: int,
