@@ -232,10 +232,13 @@ def test_stencil_of_shifted_slices_fits_where_copies_would_not():
     grid, result = side * side * 4, (side - 2) ** 2 * 4
     halo = 2 * side * 4
     received = m.by_category["received"]
-    assert abs(received / 1472 - halo) <= 0.01 * halo  # sampled: within 1%
+    # sampled (one element of each run of 128, at a moving offset): a row of 4096 holds 32
+    # samples, and a tile's partial first and last rows one more or one fewer, so within 6%
+    # (every element judged: 32,752 B a tile; sampled: 34,304)
+    assert abs(received / 1472 - halo) <= 0.06 * halo
     assert m.not_always_live_peak_bytes == result + received < 2 * grid
     on_tile = {c.name: c.bytes_on_tile for c in m.top_contributors}
-    assert abs(on_tile["subtract operands received from other tiles"] - halo) <= 0.01 * halo
+    assert abs(on_tile["subtract operands received from other tiles"] - halo) <= 0.06 * halo
     assert not m.out_of_memory
 
 
@@ -412,3 +415,39 @@ def test_a_value_placed_by_the_program_is_read_where_it_lies():
     layouts.assign(7, Mapped.from_tiles(np.array([3, 3, 4, 4])))
     tiles, _ = layouts.of(7, TensorType((4,), "float32")).locate(np.arange(4))
     assert list(tiles) == [3, 3, 4, 4] and not layouts.planned(7)
+
+
+def test_sampled_elements_do_not_line_up_with_a_planned_layout():
+    # Beyond EXACT_ELEMENTS an elementwise op is judged on one element per run of `step`. A
+    # fixed stride lined up with a gradient's layout (a product's plan): in an MLP's momentum
+    # update, 0.9 * m + g on float32[1024, 4096], every 32nd element of g fell on a few tiles,
+    # and the add was judged as gathering from them (82,396 and 228,470 cycles for the two
+    # updates, against 7,604 with every element judged). A moving offset samples every block:
+    # each update's cycles are the exact count's (EXACT_ELEMENTS raised past the size)
+    # within 10% (the sample's own error: 3 and 6% here).
+    from jax_ipu.model import mapping
+
+    def loss(w1, w2, x, y):
+        return jnp.mean((jax.nn.gelu(x @ w1) @ w2 - y) ** 2)
+
+    def f(w1, w2, m1, m2, x, y):
+        g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2, x, y)
+        return 0.9 * m1 + g1, 0.9 * m2 + g2
+
+    w1, w2 = _spec(1024, 4096), _spec(4096, 1024)
+    args = (w1, w2, w1, w2, _spec(256, 1024), _spec(256, 1024))
+    target = get_target("ipu2")
+
+    def update_cycles(exact_elements):
+        saved, mapping.EXACT_ELEMENTS = mapping.EXACT_ELEMENTS, exact_elements
+        try:
+            report = _judge_text(f, *args, target=target)
+        finally:
+            mapping.EXACT_ELEMENTS = saved
+        return [r.cycles for r in report.ops if r.kind == "add" and "4096" in r.shapes]
+
+    assert 1024 * 4096 > mapping.EXACT_ELEMENTS  # sampled, not judged element by element
+    sampled, exact = update_cycles(mapping.EXACT_ELEMENTS), update_cycles(1 << 40)
+    assert len(exact) >= 2
+    for s, e in zip(sampled, exact, strict=True):
+        assert abs(s - e) <= 0.1 * e

@@ -19,6 +19,7 @@ from jax_ipu.model.windows import static_window
 # (model/costs.py's elementwise rule, for operands that are views or broadcasts).
 EXACT_ELEMENTS = 1 << 17
 LINEAR_SAMPLE = 1 << 15
+_GOLDEN = (5 ** 0.5 - 1) / 2
 # Views stacked on views before the innermost are materialised (Mapped), so that a chain of
 # n views costs n bounded steps, never a recursion n deep.
 MAX_VIEW_DEPTH = 8
@@ -198,11 +199,10 @@ def fresh(t: TensorType, num_tiles: int) -> Linear:
 def materialise(p: Placement) -> Mapped:
     """A placement of its own with the tiles and keys `p` gives each element (sampled as
     sample_indices says), so that nothing viewed through it is looked up again."""
-    r, _, _ = sample_indices(p.size, p)
+    r, scale, _ = sample_indices(p.size, p)
     tiles, keys = p.locate(r)
-    step = int(r[1] - r[0]) if len(r) > 1 else 1
     mapped = Mapped.from_sample(p.size, r, tiles)
-    mapped.keys, mapped.key_step = keys, max(1, step)
+    mapped.keys, mapped.key_step = keys, max(1, int(scale))
     return mapped
 
 
@@ -342,7 +342,12 @@ def sample_indices(size: int, home: Placement) -> tuple[np.ndarray, float, int]:
     if size <= EXACT_ELEMENTS:
         return np.arange(size, dtype=np.int64), 1.0, -1
     step = -(-size // EXACT_ELEMENTS)
-    return np.arange(0, size, step, dtype=np.int64), float(step), -1
+    # One element of each run of `step`, at an offset that moves from run to run (the golden
+    # ratio's multiples): every step-th element of a transposed view can fall in one column
+    # of it, and stand for the whole on that column's few tiles.
+    strata = np.arange(0, size, step, dtype=np.int64)
+    offsets = (np.arange(len(strata)) * _GOLDEN % 1.0 * step).astype(np.int64)
+    return np.minimum(strata + offsets, size - 1), float(step), -1
 
 
 def distinct_per_tile(tiles: np.ndarray, keys: np.ndarray, n_tiles: int,
