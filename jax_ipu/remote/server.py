@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import os
 import secrets
 import signal
 import threading
@@ -39,11 +38,6 @@ MAX_SESSIONS = 32
 # reason, before it closes them: a client's next call gets that error while it is connected (a
 # jaxlib client whose connection is gone may abort on some calls instead; see the docs).
 DRAIN_SECONDS = 5.0
-# grpc core's transport for the server's process (`serve`): its older sockets (iomgr), polled by
-# the thread that waits for grpc's events, instead of EventEngine's own poller threads, which add a
-# thread hand-off to every message. Measured on loopback: 10 to 20% less server CPU per call and
-# read-back (bench/remote.py; ipu/docs/remote.md). A GRPC_EXPERIMENTS of the user's own is kept.
-GRPC_EXPERIMENTS = "-event_engine_listener,-event_engine_for_all_other_endpoints"
 
 
 class ServeError(IpuError):
@@ -466,7 +460,6 @@ def _varint(value: int) -> bytes:
 def serve(host: str, port: int, token: str | None, ready: Any = print) -> int:
     """Serve until SIGINT or SIGTERM, then end every session with an error its client sees."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS)  # before grpc starts
     server = IfrtProxyServer(host, port, token)
     bound = server.start()
     stopped = threading.Event()
