@@ -294,6 +294,16 @@ class RawSession:
         return call(iter(chunks), timeout=timeout, metadata=[
             ("ifrt-proxy-grpc-host-buffer-store-metadata-bin", metadata.SerializeToString())])
 
+    def lookup(self, handle: int, timeout: float = 30.0) -> list[bytes]:
+        """HostBufferLookup of `handle` in this session: the data of each message, in order."""
+        request = self.m("xla.ifrt.proxy.GrpcHostBufferLookupRequest")(
+            session_id=self.init.init_response.session_id, handle=handle)
+        call = self.channel.unary_stream(self.SERVICE + "HostBufferLookup",
+                                         request_serializer=_raw, response_deserializer=_raw)
+        Response = self.m("xla.ifrt.proxy.GrpcHostBufferLookupResponse")
+        return [Response.FromString(message).data
+                for message in call(request.SerializeToString(), timeout=timeout)]
+
     def close(self) -> None:
         self._outbox.put(None)
         self.channel.close()

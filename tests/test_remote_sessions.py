@@ -104,6 +104,39 @@ def test_sessions_see_only_their_own_arrays_and_devices(server: Server) -> None:
         owner.close()
 
 
+def test_a_lookup_is_one_message_or_chunks_of_a_mebibyte_with_the_same_bytes(
+        server: Server) -> None:
+    # While no session holds a host buffer over 1 MiB, a lookup is answered as one message with
+    # the call's status; otherwise by the streaming handler, which splits large ones.
+    from jax_ipu.remote.hostbuffers import CHUNK
+
+    raw = RawSession(server.address, devices=1)
+    try:
+        small, empty = bytes(range(256)) * 40, b""
+        large = np.random.default_rng(0).bytes(2 * CHUNK + 12345)
+        raw.store(1, small)
+        raw.store(2, empty)
+        assert raw.lookup(1) == [small]  # no large buffer held: one message
+        assert b"".join(raw.lookup(2)) == empty
+        raw.store(3, large)
+        assert raw.lookup(1) == [small]  # the streaming handler, the same answer
+        assert b"".join(raw.lookup(2)) == empty
+        chunks = raw.lookup(3)
+        assert [len(c) for c in chunks] == [CHUNK, CHUNK, 12345]
+        assert b"".join(chunks) == large
+        delete = raw.m("xla.ifrt.proxy.GrpcHostBufferDeleteRequest")
+        raw.unary("HostBufferDelete", delete(session_id=raw.init.init_response.session_id,
+                                             handle=3).SerializeToString())
+        assert raw.lookup(1) == [small]  # one message again
+        with pytest.raises(Exception, match="NOT_FOUND"):  # an unknown buffer, both ways
+            raw.lookup(3)
+        raw.store(4, large)
+        with pytest.raises(Exception, match="NOT_FOUND"):
+            raw.lookup(3)
+    finally:
+        raw.close()
+
+
 def _put(raw: RawSession, device: int, handle: int, data: bytes | None = None,
          shape: tuple[int, ...] = (4,)) -> dict:
     """A MakeArrayFromHostBufferRequest (as a dict) for float32[shape] on `device`."""

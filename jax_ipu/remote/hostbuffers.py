@@ -12,6 +12,7 @@ from jax_ipu.errors import IpuError
 # Bytes one session may hold in host buffers at once: far more than any IPU holds, far less than
 # a server's memory; past it a store is refused.
 SESSION_LIMIT = 16 << 30
+CHUNK = 1 << 20  # bytes per HostBufferLookup message, as jaxlib's own server sends them
 
 
 class HostBufferError(IpuError):
@@ -28,6 +29,7 @@ class HostBuffers:
     def __init__(self, limit: int = SESSION_LIMIT) -> None:
         self._buffers: dict[int, bytes | memoryview] = {}
         self._held = 0
+        self.large = 0  # buffers of more than CHUNK bytes held
         self._limit = limit
         self._closed: str | None = None
         self._cond = threading.Condition()
@@ -55,6 +57,7 @@ class HostBuffers:
                     f"{self._limit} bytes of host buffers ({self._held} held)")
             self._buffers[handle] = data
             self._held += len(data)
+            self.large += len(data) > CHUNK
             self._cond.notify_all()
 
     def peek(self, handle: int) -> bytes | memoryview | None:
@@ -84,6 +87,7 @@ class HostBuffers:
             if data is None:
                 raise HostBufferError("NOT_FOUND", f"no host buffer {handle} in this session")
             self._held -= len(data)
+            self.large -= len(data) > CHUNK
 
     def close(self, reason: str) -> None:
         """Drop every buffer; waiting lookups fail with `reason`."""
@@ -91,6 +95,7 @@ class HostBuffers:
             self._closed = reason
             self._buffers.clear()
             self._held = 0
+            self.large = 0
             self._cond.notify_all()
 
     @property

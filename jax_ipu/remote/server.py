@@ -25,7 +25,7 @@ from jax_ipu.protowire import WireError, fields
 from jax_ipu.remote import schema as schema_mod
 from jax_ipu.remote.backend import Backend
 from jax_ipu.remote.client import DEVICES_KEY, TOKEN_KEY
-from jax_ipu.remote.hostbuffers import HostBufferError
+from jax_ipu.remote.hostbuffers import CHUNK, HostBufferError
 from jax_ipu.remote.ifrt import Codec
 from jax_ipu.remote.session import CODES, Session, Status, status_of
 
@@ -33,7 +33,6 @@ logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "ifrt-proxy-grpc-ifrt-session-metadata-bin"
 STORE_HEADER = "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
-CHUNK = 1 << 20  # bytes per HostBufferLookup message, as jaxlib's own server sends them
 MAX_SESSIONS = 32
 # Seconds a stopping server keeps its sessions' streams open, answering every request with its
 # reason, before it closes them: a client's next call gets that error while it is connected (a
@@ -186,7 +185,8 @@ class IfrtProxyServer:
         def raw(x: bytes) -> bytes:
             return x
 
-        methods = {
+        prefix = f"/{schema_mod.SERVICE}/"
+        methods = {prefix + name: handler for name, handler in {
             "GetVersion": grpc.unary_unary_rpc_method_handler(
                 self.get_version, request_deserializer=raw, response_serializer=raw),
             "IfrtSession": grpc.stream_stream_rpc_method_handler(
@@ -200,8 +200,25 @@ class IfrtProxyServer:
             "HostBufferReadFromDisk": grpc.unary_unary_rpc_method_handler(
                 self.host_buffer_read_from_disk, request_deserializer=raw,
                 response_serializer=raw),
-        }
-        return grpc.method_handlers_generic_handler(schema_mod.SERVICE, methods)
+        }.items()}
+        lookup = prefix + "HostBufferLookup"
+        # The same answer on the wire as the streaming handler's for a buffer of one message,
+        # which grpc sends with the call's status in one write (a stream's last message and its
+        # status are two, with a wait between them).
+        lookup_whole = grpc.unary_unary_rpc_method_handler(
+            self.host_buffer_lookup_whole, request_deserializer=raw, response_serializer=raw)
+        server = self
+
+        class Service(grpc.GenericRpcHandler):
+            def service(self, details: Any) -> Any:
+                # Which buffer a lookup asks for is in its request, not known here; a client
+                # asks only for a buffer stored before, so while no session holds one of more
+                # than CHUNK bytes, every lookup is of one message.
+                if details.method == lookup and not server._large_buffers():
+                    return lookup_whole
+                return methods.get(details.method)
+
+        return Service()
 
     # ---- GetVersion ----
     def get_version(self, data: bytes, context: Any) -> bytes:
@@ -366,7 +383,7 @@ class IfrtProxyServer:
             _abort(context, status_of(exc))
         return b""
 
-    def host_buffer_lookup(self, data: bytes, context: Any) -> Iterator[bytes]:
+    def _lookup(self, data: bytes, context: Any) -> memoryview:
         request = self._parse(self._LookupRequest, data, context)
         session = self._session(request.session_id, context)
         # Never waited for: a client asks only for a buffer the server has answered it stored.
@@ -374,12 +391,24 @@ class IfrtProxyServer:
         if buffer is None:
             _abort(context, Status("NOT_FOUND", f"no host buffer {request.handle} in this "
                                    "session"))
-        view = memoryview(buffer)
+        return memoryview(buffer)
+
+    def host_buffer_lookup(self, data: bytes, context: Any) -> Iterator[bytes]:
+        view = self._lookup(data, context)
         if not len(view):
             yield b""
         for start in range(0, len(view), CHUNK):
-            chunk = view[start:start + CHUNK]
-            yield b"".join((b"\n", _varint(len(chunk)), chunk))  # one copy of the bytes
+            yield _lookup_message(view[start:start + CHUNK])
+
+    def host_buffer_lookup_whole(self, data: bytes, context: Any) -> bytes:
+        """A lookup answered with one message, whatever the buffer's size (the client takes
+        any); used while no buffer is larger than one CHUNK."""
+        view = self._lookup(data, context)
+        return _lookup_message(view) if len(view) else b""
+
+    def _large_buffers(self) -> bool:
+        with self._lock:
+            return any(s.host_buffers.large for s in self.sessions.values())
 
     def host_buffer_delete(self, data: bytes, context: Any) -> bytes:
         request = self._parse(self._DeleteRequest, data, context)
@@ -409,6 +438,11 @@ def _abort(context: Any, status: Status) -> None:
     import grpc
 
     context.abort(getattr(grpc.StatusCode, status.code), status.message)
+
+
+def _lookup_message(chunk: memoryview) -> bytes:
+    """A GrpcHostBufferLookupResponse of `chunk` (field 1, bytes), framed with one copy."""
+    return b"".join((b"\n", _varint(len(chunk)), chunk))
 
 
 def _varint(value: int) -> bytes:
