@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from jax_ipu.compiler.fingerprint import fingerprint
 from jax_ipu.protowriter import Writer
-from jax_ipu.runtime.executable import fingerprint
 from tests._subprocess import run_python
 
 SCRIPT = """

@@ -15,6 +15,7 @@ import numpy as np
 
 from jax_ipu.compiler import numerics
 from jax_ipu.compiler.aliasing import check_loop_aliases, executable_loop_aliases
+from jax_ipu.compiler.fingerprint import fingerprint
 from jax_ipu.compiler.judge import judge_partitioned, judge_program
 from jax_ipu.compiler.partitioned import entry_result_types
 from jax_ipu.compiler.program import lent_context, parse, read_program
@@ -40,6 +41,7 @@ class Compiled:
     cpu_executable: Any
     assignment: np.ndarray  # device ids by (replica, partition)
     outputs: tuple[TensorType, ...]  # what each device's execution returns
+    fingerprint: str  # compiler/fingerprint.py's, of the program and options jax sent
 
 
 def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
@@ -75,6 +77,8 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
                 cpu_executable = numerics.build(cpu_client, code, module, parsed_options,
                                                 assignment, cpu_device_of)
             del module  # nothing of the context outlives the compile that borrowed it
+        # worked out while XLA:CPU builds (a few hundred fields of options, read in Python)
+        fingerprinted = fingerprint(code, options)
     except Exception:
         # A refusal once nothing of this compile runs on. A compile abandoned by its caller
         # (a BaseException, as Ctrl-C is) leaves at once: the build ends on its own.
@@ -96,7 +100,7 @@ def compile(code: bytes, options: bytes, target: Target, cpu_client: Any,
     logger.debug("compiled %s: read %.3f s, model %.3f s, XLA:CPU %.3f s more, partitioned "
                  "%.3f s", program.name, read - start, judged - read, built - judged,
                  time.perf_counter() - built)
-    return Compiled(program, report, cpu_executable, assignment, outputs)
+    return Compiled(program, report, cpu_executable, assignment, outputs, fingerprinted)
 
 
 def _parse_and_build(cpu_client: Any, code: bytes, options: Any, assignment: np.ndarray,
@@ -157,13 +161,14 @@ class _Build:
         return self._value
 
 
-def load(options: bytes, cpu_executable: bytes, program: Program, report: ProgramReport,
-         outputs: tuple[TensorType, ...], cpu_client: Any, cpu_device_of: Mapping[int, Any]
-         ) -> Compiled:
-    """A program compiled earlier (its parts as serialize kept them), loaded for the devices
-    `options` assign: XLA:CPU deserializes its executable; the model's report is reused."""
+def load(code: bytes, options: bytes, cpu_executable: bytes, program: Program,
+         report: ProgramReport, outputs: tuple[TensorType, ...], cpu_client: Any,
+         cpu_device_of: Mapping[int, Any]) -> Compiled:
+    """A program compiled earlier (its parts as serialize kept them: `code` is what jax sent),
+    loaded for the devices `options` assign: XLA:CPU deserializes its executable; the model's
+    report is reused."""
     parsed_options = numerics.parse_options(options)
     assignment = numerics.device_assignment(parsed_options)
     executable = numerics.load(cpu_client, cpu_executable, parsed_options, assignment,
                                cpu_device_of)
-    return Compiled(program, report, executable, assignment, outputs)
+    return Compiled(program, report, executable, assignment, outputs, fingerprint(code, options))

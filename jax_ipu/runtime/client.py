@@ -203,8 +203,8 @@ class IpuClient:
         start = time.perf_counter()
         blob = serialized.loads(data, self.build)
         options = options or blob.options
-        compiled = compiler.load(options, blob.cpu_executable, blob.program, blob.report,
-                                 blob.outputs, self.cpu_client, self._cpu_device_of)
+        compiled = compiler.load(blob.code, options, blob.cpu_executable, blob.program,
+                                 blob.report, blob.outputs, self.cpu_client, self._cpu_device_of)
         return self._load(compiled, blob.code, options, start)
 
     @functools.cached_property
