@@ -5,6 +5,7 @@ views (slices, pads, transposes...) keep their elements on the tiles of the tens
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -342,12 +343,19 @@ def sample_indices(size: int, home: Placement) -> tuple[np.ndarray, float, int]:
     if size <= EXACT_ELEMENTS:
         return np.arange(size, dtype=np.int64), 1.0, -1
     step = -(-size // EXACT_ELEMENTS)
-    # One element of each run of `step`, at an offset that moves from run to run (the golden
-    # ratio's multiples): every step-th element of a transposed view can fall in one column
-    # of it, and stand for the whole on that column's few tiles.
+    return _moving_sample(size, step), float(step), -1
+
+
+@functools.lru_cache(maxsize=64)
+def _moving_sample(size: int, step: int) -> np.ndarray:
+    """One element of each run of `step`, at an offset that moves from run to run (the golden
+    ratio's multiples): every step-th element of a transposed view can fall in one column of
+    it, and stand for the whole on that column's few tiles. Read-only: it is shared."""
     strata = np.arange(0, size, step, dtype=np.int64)
     offsets = (np.arange(len(strata)) * _GOLDEN % 1.0 * step).astype(np.int64)
-    return np.minimum(strata + offsets, size - 1), float(step), -1
+    sample = np.minimum(strata + offsets, size - 1)
+    sample.flags.writeable = False
+    return sample
 
 
 def distinct_per_tile(tiles: np.ndarray, keys: np.ndarray, n_tiles: int,
