@@ -119,9 +119,10 @@ class _Build:
     """A call on a thread of its own (XLA:CPU's build), waited for in short sleeps so that a
     compile abandoned meanwhile can leave at once.
 
-    start() returns once the call is about to enter XLA, which releases the GIL: a thread that
-    asks for the GIL while this one runs Python waits out the interpreter's switch interval
-    (5 ms), longer than a small program's whole judgement, so the build would start after it."""
+    start() returns once the call is about to enter XLA, which releases the GIL after its first
+    millisecond or so: a thread that asks for the GIL while this one runs Python waits out the
+    interpreter's switch interval (5 ms), longer than a small program's whole judgement, so
+    the build would start after it."""
 
     def __init__(self, build: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._build, self._args = build, args
