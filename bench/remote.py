@@ -9,7 +9,7 @@ local process and in a remote client, in alternating rounds (not a test: speed g
 Each round runs one fresh worker process per side; the figures are medians over the rounds,
 and the ratios are of those medians. The server's CPU time per operation is printed too (read
 from /proc by the remote worker): on a shared machine it varies far less than wall time.
-Run: python bench/remote.py [--rounds 3]."""
+Run: python bench/remote.py [--rounds 3] [--transport native|grpcio]."""
 
 from __future__ import annotations
 
@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--transport", choices=("native", "grpcio"), default="native",
+                        help="the server's transport (python -m jax_ipu serve --transport)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -127,7 +129,8 @@ def main() -> None:
 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_IPU_", "POPLAR_"))}
     base.update(JAX_PLATFORMS="ipu,cpu", TF_CPP_MIN_LOG_LEVEL="3")
-    server = subprocess.Popen([sys.executable, "-m", "jax_ipu", "serve", "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "jax_ipu", "serve", "--port", "0",
+                               "--transport", args.transport],
                               env=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True)
     try:
@@ -147,8 +150,8 @@ def main() -> None:
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in results[side])
 
-    print(f"remote IPU Model over loopback, {args.rounds} rounds (load average 1/5/15 min "
-          f"during the run: {'; '.join(loads)}; {os.cpu_count()} cores)")
+    print(f"remote IPU Model over loopback ({args.transport} transport), {args.rounds} rounds "
+          f"(load average 1/5/15 min during the run: {'; '.join(loads)}; {os.cpu_count()} cores)")
     rows: list[tuple[str, Any, Any, str]] = [
         ("call + read-back of float32[8]", med("local", "call_read_s") * 1e3,
          med("remote", "call_read_s") * 1e3, "ms (target: remote <= 1 ms)"),

@@ -104,7 +104,8 @@ def report(directory: Path) -> int:
     return 0
 
 
-def serve(host: str, port: int, devices: int | None, token_file: Path | None) -> int:
+def serve(host: str, port: int, devices: int | None, token_file: Path | None,
+          transport: str = "auto") -> int:
     """Serve this process's IPU Model devices over the IFRT proxy protocol until SIGINT/SIGTERM."""
     try:
         from jax_ipu.remote.server import serve as run
@@ -124,7 +125,7 @@ def serve(host: str, port: int, devices: int | None, token_file: Path | None) ->
     jax.config.update("jax_ipu_remote", "")
     if devices is not None:
         jax.config.update("jax_ipu_device_count", devices)
-    return run(host, port, token)
+    return run(host, port, token, transport=transport)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,10 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="IPU Model devices to serve (default: jax_ipu_device_count)")
     server.add_argument("--token-file", type=Path, default=None,
                         help="file holding the token clients must give (JAX_IPU_REMOTE_TOKEN)")
+    server.add_argument("--transport", choices=("auto", "native", "grpcio"), default="auto",
+                        help="gRPC's C++ core (native: built on first use, needs libgrpc++-dev)"
+                        " or grpcio's Python server; auto: native when it builds")
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
-            return serve(args.host, args.port, args.devices, args.token_file)
+            return serve(args.host, args.port, args.devices, args.token_file, args.transport)
         return info() if args.command == "info" else report(args.directory)
     except IpuError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -125,3 +125,19 @@ def seal(data: bytes) -> bytes:
 def holds(data: bytes, mac: bytes) -> bool:
     """Whether `mac` is `data`'s seal (compared in constant time)."""
     return hmac.compare_digest(seal(data), mac)
+
+
+def named_seal(data: bytes, name: str) -> str:
+    """The hex seal of a built file's bytes under the name it was built as (the name binds the
+    file to its build: a file moved to another build's place does not hold)."""
+    return seal(name.encode() + b"\0" + data).hex()
+
+
+def named_seal_holds(path: Path, seal_path: Path, name: str) -> bool:
+    """Whether the file at `path` is the one this user's jax-ipu built as `name` (the hex seal
+    in `seal_path` holds)."""
+    try:
+        data, mac = path.read_bytes(), bytes.fromhex(seal_path.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return holds(name.encode() + b"\0" + data, mac)

@@ -36,12 +36,13 @@ class Server:
     """`python -m jax_ipu serve` on 127.0.0.1 and a free port; its log goes to a file."""
 
     def __init__(self, workdir: Path, devices: int = 8, token: str | None = None,
-                 env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+                 env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 transport: str = "native") -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.token = token
         args = [sys.executable, "-m", "jax_ipu", "serve", "--host", host, "--port", "0",
-                "--devices", str(devices)]
+                "--devices", str(devices), "--transport", transport]
         if token is not None:
             token_file = workdir / "token"
             token_file.write_text(token + "\n")
@@ -281,14 +282,17 @@ class RawSession:
         return call(data, metadata=metadata, timeout=timeout)
 
     def store(self, handle: int, data: bytes, session_id: int | None = None,
-              size: int | None = None, timeout: float = 30.0) -> bytes:
-        """HostBufferStore of `data` in chunks of 1000 bytes (the metadata may lie)."""
+              size: int | None = None, timeout: float = 30.0,
+              chunks: list[bytes] | None = None) -> bytes:
+        """HostBufferStore of `data` in chunks of 1000 bytes (the metadata may lie), or of the
+        messages `chunks` as they are."""
         metadata = self.m("xla.ifrt.proxy.GrpcHostBufferStoreMetadata")(
             session_id=self.init.init_response.session_id if session_id is None else session_id,
             handle=handle, buffer_size=len(data) if size is None else size)
         Chunk = self.m("xla.ifrt.proxy.GrpcHostBufferStoreRequest")
-        chunks = [Chunk(data=data[i:i + 1000]).SerializeToString()
-                  for i in range(0, len(data), 1000)]
+        if chunks is None:
+            chunks = [Chunk(data=data[i:i + 1000]).SerializeToString()
+                      for i in range(0, len(data), 1000)]
         call = self.channel.stream_unary(self.SERVICE + "HostBufferStore",
                                          request_serializer=_raw, response_deserializer=_raw)
         return call(iter(chunks), timeout=timeout, metadata=[

@@ -64,6 +64,30 @@ def test_exposed_addresses_need_a_token() -> None:
     assert proc.returncode == 2 and "refusing to serve on ::" in proc.stderr
 
 
+def test_the_transport_is_chosen_and_named(server: Server, tmp_path: Path) -> None:
+    # Where gRPC's C++ library is found, it carries the calls (the fixture asks for it); where
+    # it is not, --transport native says what to install and auto serves with grpcio, saying
+    # why in its log. No C++ compiler or pkg-config on PATH stands for a machine without them.
+    assert "(native transport)" in server.log
+    bare = {"PATH": str(tmp_path), "CXX": ""}
+    proc = subprocess.run([sys.executable, "-m", "jax_ipu", "serve", "--port", "0",
+                           "--transport", "native"], capture_output=True, text=True,
+                          env=_base_env(bare), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "no C++ compiler on PATH" in proc.stderr and "libgrpc++-dev" in proc.stderr
+    assert "--transport grpcio" in proc.stderr
+    fallback = Server(tmp_path / "fallback", devices=1, env=bare, transport="auto")
+    try:
+        assert "(grpcio transport)" in fallback.log
+        assert "serving with grpcio's Python transport" in fallback.log
+        assert "libgrpc++-dev" in fallback.log
+        raw = RawSession(fallback.address)
+        assert raw.init.init_response.session_id
+        raw.close()
+    finally:
+        fallback.stop()
+
+
 def test_versions_are_negotiated_within_both_ranges(server: Server) -> None:
     raw = RawSession(server.address, token=TOKEN)
     try:

@@ -1,6 +1,7 @@
 """Sessions and partitions of a remote IPU Model (issue 26, item 4): several clients of one real
 server on 127.0.0.1, each in its own process; hostile messages sent by hand; the server stopped
-by SIGTERM under its clients.
+by SIGTERM under its clients. Every test runs on both transports: gRPC's C++ core and grpcio's
+Python server.
 
 The server's devices have 16 tiles (10 MB of tile memory each), so that what a session frees is
 seen in what the next one can allocate."""
@@ -25,11 +26,13 @@ TILE_MEMORY = 16 * 638976  # bytes of tile memory of one of the server's devices
 BIG = 1_200_000  # float32 elements: 4.8 MB, so two fit on a device and three do not
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=["native", "grpcio"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("sessions-server"), devices=DEVICES,
-                 env={"JAX_IPU_MODEL_NUM_TILES": "16"})
+                 env={"JAX_IPU_MODEL_NUM_TILES": "16"}, transport=request.param)
     try:
+        assert f"({request.param} transport)" in srv.log
         yield srv
     finally:
         srv.stop()
@@ -327,6 +330,15 @@ def test_fuzzed_messages_get_errors_and_other_sessions_keep_their_data(server: S
         with pytest.raises(Exception, match="NOT_FOUND"):
             raw.store(43, b"\1" * 100, session_id=987654321)
         sent, errors = sent + 1, errors + 1
+        # chunks that do not parse: a length past the message's end, a wire type 7
+        for chunk in (b"\x0a\xff\x01ab", b"\x0f\x01", b"\x0a"):
+            with pytest.raises(Exception, match="is not a GrpcHostBufferStoreRequest"):
+                raw.store(44, b"\1" * 2, chunks=[chunk])
+            sent, errors = sent + 1, errors + 1
+        # fields a chunk may carry besides its data are skipped, as protobuf skips them
+        extra = b"\x10\x96\x01" + b"\x0a\x03abc" + b"\x19" + bytes(8) + b"\x25" + bytes(4)
+        raw.store(45, b"abcde", chunks=[extra, b"\x0a\x02de"])
+        assert b"".join(raw.lookup(45)) == b"abcde"
         # the fuzzed session still works
         own = raw.init.init_response.all_devices[0].id
         answer = raw.request(make_array_from_host_buffer_request=_put(raw, own, 3))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jax_ipu
+from jax_ipu import sealing
 from jax_ipu.errors import IpuTileTypeError, IpuVertexBuildError
 from jax_ipu.tile import build, declare_vertex, tile_map, tile_put_sharded
 
@@ -170,7 +171,8 @@ def test_builds_are_cached_by_content(_cache):
     run("ipu", lambda x: tile_map(scale, tile_put_sharded(x, TILES), tile_put_sharded(x, TILES),
                                   factor=1), x)
     libs = sorted(_cache.glob("*/vertex.so"))
-    assert libs and all(build._sealed(p, p.parent / build.SEAL, p.parent.name) for p in libs)
+    assert libs and all(sealing.named_seal_holds(p, p.parent / build.SEAL, p.parent.name)
+                        for p in libs)
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in libs)
     # Another attribute value is the same build: nothing new is compiled.
     run("ipu", lambda x: tile_map(scale, tile_put_sharded(x, TILES), tile_put_sharded(x, TILES),

@@ -13,19 +13,16 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from concurrent import futures
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from jax_ipu.errors import IpuError
-from jax_ipu.protowire import WireError, fields
 from jax_ipu.remote import schema as schema_mod
+from jax_ipu.remote import transports
 from jax_ipu.remote.backend import Backend
 from jax_ipu.remote.client import DEVICES_KEY, TOKEN_KEY
-from jax_ipu.remote.hostbuffers import CHUNK, HostBufferError
+from jax_ipu.remote.hostbuffers import HostBufferError
 from jax_ipu.remote.ifrt import Codec
 from jax_ipu.remote.session import CODES, Session, Status, status_of
 
@@ -104,7 +101,7 @@ class IfrtProxyServer:
     """The service: GetVersion, IfrtSession and the host buffer calls, over a gRPC server."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8470, token: str | None = None,
-                 max_sessions: int = MAX_SESSIONS) -> None:
+                 max_sessions: int = MAX_SESSIONS, transport: str = "auto") -> None:
         if not is_loopback(host) and not token:
             raise ServeError(
                 f"refusing to serve on {host}, which is not a loopback address, without a "
@@ -123,7 +120,8 @@ class IfrtProxyServer:
         self._lock = threading.Lock()
         self._stopping: str | None = None
         self._stopped = threading.Event()
-        self._server: Any = None
+        self.transport = transports.check(transport)
+        self._transport: Any = None
         m = self.schema.message
         self._VersionRequest = m("xla.ifrt.proxy.GrpcGetVersionRequest")
         self._VersionResponse = m("xla.ifrt.proxy.GrpcGetVersionResponse")
@@ -136,27 +134,15 @@ class IfrtProxyServer:
     # ---- lifetime ----
     def start(self) -> int:
         """Bind and serve; the port bound (useful with port 0)."""
-        import grpc
-
-        # A thread per call in progress (a session's stream holds one): past that, a call is
-        # refused at once (RESOURCE_EXHAUSTED), never queued behind calls that may wait long.
+        # A thread per call in progress at most (a session's stream holds one while a request
+        # is handled): past that grpcio refuses a call at once (RESOURCE_EXHAUSTED), never
+        # queues it behind calls that may wait long.
         threads = 2 * self.max_sessions + 8
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(threads, thread_name_prefix="ipu-remote-rpc"),
-            options=[("grpc.max_receive_message_length", -1),
-                     ("grpc.max_send_message_length", -1),
-                     ("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=threads)
-        self._server.add_generic_rpc_handlers((self._handlers(grpc),))
-        address = f"[{self.host.strip('[]')}]" if ":" in self.host else self.host
-        port = self._server.add_insecure_port(f"{address}:{self.port}")
-        if port == 0:
-            raise ServeError(f"cannot bind {self.host}:{self.port} (in use?)")
-        self.port = port
-        self._server.start()
-        logger.info("jax-ipu server on %s:%d serving %d ipu devices", self.host, port,
-                    len(self.partitions.device_ids))
-        return port
+        self._transport = transports.start(self.transport, self, self.host, self.port, threads)
+        self.port = self._transport.port
+        logger.info("jax-ipu server on %s:%d serving %d ipu devices (%s transport)", self.host,
+                    self.port, len(self.partitions.device_ids), self._transport.name)
+        return self.port
 
     def stop(self, reason: str, drain: float = DRAIN_SECONDS, grace: float = 2.0) -> None:
         """Stop serving: refuse new sessions, answer every request of the open ones with
@@ -174,61 +160,22 @@ class IfrtProxyServer:
             while self.sessions and time.monotonic() < deadline and not self._stopped.is_set():
                 time.sleep(0.1)
         self._stopped.set()
-        if self._server is not None:
-            self._server.stop(grace).wait(grace + 5)
+        if self._transport is not None:
+            self._transport.stop(grace)
 
     def wait(self) -> None:
-        if self._server is not None:
-            self._server.wait_for_termination()
-
-    def _handlers(self, grpc: Any) -> Any:
-        def raw(x: bytes) -> bytes:
-            return x
-
-        prefix = f"/{schema_mod.SERVICE}/"
-        methods = {prefix + name: handler for name, handler in {
-            "GetVersion": grpc.unary_unary_rpc_method_handler(
-                self.get_version, request_deserializer=raw, response_serializer=raw),
-            "IfrtSession": grpc.stream_stream_rpc_method_handler(
-                self.ifrt_session, request_deserializer=raw, response_serializer=raw),
-            "HostBufferStore": grpc.stream_unary_rpc_method_handler(
-                self.host_buffer_store, request_deserializer=raw, response_serializer=raw),
-            "HostBufferLookup": grpc.unary_stream_rpc_method_handler(
-                self.host_buffer_lookup, request_deserializer=raw, response_serializer=raw),
-            "HostBufferDelete": grpc.unary_unary_rpc_method_handler(
-                self.host_buffer_delete, request_deserializer=raw, response_serializer=raw),
-            "HostBufferReadFromDisk": grpc.unary_unary_rpc_method_handler(
-                self.host_buffer_read_from_disk, request_deserializer=raw,
-                response_serializer=raw),
-        }.items()}
-        lookup = prefix + "HostBufferLookup"
-        # The same answer on the wire as the streaming handler's for a buffer of one message,
-        # which grpc sends with the call's status in one write (a stream's last message and its
-        # status are two, with a wait between them).
-        lookup_whole = grpc.unary_unary_rpc_method_handler(
-            self.host_buffer_lookup_whole, request_deserializer=raw, response_serializer=raw)
-        server = self
-
-        class Service(grpc.GenericRpcHandler):
-            def service(self, details: Any) -> Any:
-                # Which buffer a lookup asks for is in its request, not known here; a client
-                # asks only for a buffer stored before, so while no session holds one of more
-                # than CHUNK bytes, every lookup is of one message.
-                if details.method == lookup and not server._large_buffers():
-                    return lookup_whole
-                return methods.get(details.method)
-
-        return Service()
+        if self._transport is not None:
+            self._transport.wait()
 
     # ---- GetVersion ----
-    def get_version(self, data: bytes, context: Any) -> bytes:
-        request = self._parse(self._VersionRequest, data, context)
+    def get_version(self, data: bytes) -> bytes:
+        request = self._parse(self._VersionRequest, data)
         low = max(request.min_version.protocol_version, schema_mod.PROTOCOL_MIN)
         high = min(request.max_version.protocol_version, schema_mod.PROTOCOL_MAX)
         serdes = schema_mod.SESSION_SERDES
         if low > high or not (request.min_version.ifrt_serdes_version_number <= serdes
                               <= request.max_version.ifrt_serdes_version_number):
-            _abort(context, Status(
+            raise Status(
                 "FAILED_PRECONDITION",
                 f"this jax-ipu server speaks IFRT proxy protocol versions "
                 f"{schema_mod.PROTOCOL_MIN}-{schema_mod.PROTOCOL_MAX} (IFRT SerDes {serdes}), "
@@ -236,52 +183,21 @@ class IfrtProxyServer:
                 f"{request.max_version.protocol_version} (SerDes "
                 f"{request.min_version.ifrt_serdes_version_number}-"
                 f"{request.max_version.ifrt_serdes_version_number}): use jax and jaxlib "
-                f"{schema_mod.BUILT_FOR_JAXLIB} on the client, as on the server."))
+                f"{schema_mod.BUILT_FOR_JAXLIB} on the client, as on the server.")
         response = self._VersionResponse()
         response.version.protocol_version = high
         response.version.ifrt_serdes_version_number = serdes
         return response.SerializeToString()
 
     # ---- IfrtSession ----
-    def ifrt_session(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
-        """One client's session: its InitRequest answered, then every request in order, on
-        this one thread (a request read, answered and sent without changing threads)."""
-        try:
-            first = next(requests)
-        except Exception:  # noqa: BLE001 - the client went away before asking anything
-            return
-        request = self._IfrtRequest()
-        try:
-            request.ParseFromString(first)
-        except Exception:  # noqa: BLE001
-            request = self._IfrtRequest()
-        op_id = request.request_metadata.op_id
-        session_id = secrets.randbits(63) | 1
-        try:
-            if request.WhichOneof("request") != "init_request":
-                raise Status("FAILED_PRECONDITION",
-                             "a session's first request must be an InitRequest")
-            session = self._open(session_id, self._session_options(context))
-        except Exception as exc:  # noqa: BLE001 - refused: answered, then the stream ends
-            yield self._refusal(op_id, status_of(exc))
-            return
-        # A client gone while a request waits for a host buffer: the wait ends.
-        context.add_callback(lambda: session.host_buffers.close("the client disconnected"))
-        reason = "the session ended"
-        try:
-            yield session.init_response(op_id, self.backend.client.platform_version)
-            for data in requests:
-                yield session.handle(data)
-        except Exception as exc:  # noqa: BLE001 - the client disconnected or was killed
-            reason = f"the stream ended: {type(exc).__name__} {exc}".strip()
-        finally:
-            self._close(session_id, self._stopping or reason)
+    def session_stream(self, metadata: Mapping[str, bytes]) -> SessionStream:
+        """One client's IfrtSession stream (its header `metadata`), read by the transport."""
+        return SessionStream(self, metadata.get(SESSION_HEADER, b""))
 
-    def _session_options(self, context: Any) -> dict[str, Any]:
-        raw = dict(context.invocation_metadata()).get(SESSION_HEADER)
+    def _session_options(self, header: bytes) -> dict[str, Any]:
         metadata = self._SessionMetadata()
         try:
-            metadata.ParseFromString(raw if isinstance(raw, bytes) else b"")
+            metadata.ParseFromString(header)
         except Exception:  # noqa: BLE001
             raise Status("INVALID_ARGUMENT", "the session metadata header does not parse"
                          ) from None
@@ -334,133 +250,148 @@ class IfrtProxyServer:
         return response.SerializeToString()
 
     # ---- host buffers ----
-    def _session(self, session_id: int, context: Any) -> Session:
+    def _session(self, session_id: int) -> Session:
         with self._lock:
             session = self.sessions.get(session_id)
         if session is None:
-            _abort(context, Status("NOT_FOUND", "no such session on this server (it ended?)"))
+            raise Status("NOT_FOUND", "no such session on this server (it ended?)")
         return session
 
-    def host_buffer_store(self, chunks: Iterator[bytes], context: Any) -> bytes:
-        raw = dict(context.invocation_metadata()).get(STORE_HEADER)
-        metadata = self._parse(self._StoreMetadata, raw if isinstance(raw, bytes) else b"",
-                               context)
-        session = self._session(metadata.session_id, context)
-        size = metadata.buffer_size
+    def store_target(self, metadata: Mapping[str, bytes]) -> StoreTarget:
+        """Where a HostBufferStore call's bytes go (its header in `metadata`): checked and
+        reserved before any chunk is read."""
+        header = self._parse(self._StoreMetadata, metadata.get(STORE_HEADER, b""))
+        session = self._session(header.session_id)
+        if header.buffer_size < 0:
+            raise Status("INVALID_ARGUMENT", f"buffer_size {header.buffer_size}")
         try:
-            if size < 0:
-                raise HostBufferError("INVALID_ARGUMENT", f"buffer_size {size}")
-            session.host_buffers.reserve(size)
-            # A buffer sent in one message (a training batch, say) is kept as it came, a view of
-            # grpc's bytes; one in several is copied into one array as its pieces arrive.
-            first: memoryview | None = None
-            buffer: np.ndarray | None = None
-            filled = 0
-            for chunk in chunks:
-                for number, value in fields(chunk):
-                    if number != 1 or isinstance(value, int):
-                        continue
-                    end = filled + len(value)
-                    if end > size:
-                        raise HostBufferError("INVALID_ARGUMENT",
-                                              f"host buffer {metadata.handle} runs past its "
-                                              f"buffer_size {size}")
-                    if first is None:
-                        first = value
-                    else:
-                        if buffer is None:
-                            buffer = np.empty(size, np.uint8)  # filled here: not zeroed first
-                            buffer[:filled] = first
-                        buffer[filled:end] = value
-                    filled = end
-            if filled != size:
-                raise HostBufferError("DATA_LOSS", f"host buffer {metadata.handle}: {filled} "
-                                      f"of its {size} bytes arrived")
-            data = (memoryview(buffer).cast("B") if buffer is not None else
-                    first if first is not None else memoryview(b""))
-            session.host_buffers.store(metadata.handle, data)
-        except (HostBufferError, WireError) as exc:
-            _abort(context, status_of(exc))
-        return b""
+            session.host_buffers.reserve(header.buffer_size)
+        except HostBufferError as exc:
+            raise status_of(exc) from None
+        return StoreTarget(session, header.handle, header.buffer_size)
 
-    def _lookup(self, data: bytes, context: Any) -> memoryview:
-        request = self._parse(self._LookupRequest, data, context)
-        session = self._session(request.session_id, context)
+    def lookup(self, data: bytes) -> memoryview:
+        """The bytes a HostBufferLookup asks for."""
+        request = self._parse(self._LookupRequest, data)
+        session = self._session(request.session_id)
         # Never waited for: a client asks only for a buffer the server has answered it stored.
         buffer = session.host_buffers.peek(request.handle)
         if buffer is None:
-            _abort(context, Status("NOT_FOUND", f"no host buffer {request.handle} in this "
-                                   "session"))
+            raise Status("NOT_FOUND", f"no host buffer {request.handle} in this session")
         return memoryview(buffer)
 
-    def host_buffer_lookup(self, data: bytes, context: Any) -> Iterator[bytes]:
-        view = self._lookup(data, context)
-        if not len(view):
-            yield b""
-        for start in range(0, len(view), CHUNK):
-            yield _lookup_message(view[start:start + CHUNK])
-
-    def host_buffer_lookup_whole(self, data: bytes, context: Any) -> bytes:
-        """A lookup answered with one message, whatever the buffer's size (the client takes
-        any); used while no buffer is larger than one CHUNK."""
-        view = self._lookup(data, context)
-        return _lookup_message(view) if len(view) else b""
-
-    def _large_buffers(self) -> bool:
+    def large_buffers(self) -> bool:
+        """Whether any session holds a host buffer of more than one lookup message (CHUNK)."""
         with self._lock:
             return any(s.host_buffers.large for s in self.sessions.values())
 
-    def host_buffer_delete(self, data: bytes, context: Any) -> bytes:
-        request = self._parse(self._DeleteRequest, data, context)
-        session = self._session(request.session_id, context)
+    def host_buffer_delete(self, data: bytes) -> bytes:
+        request = self._parse(self._DeleteRequest, data)
+        session = self._session(request.session_id)
         try:
             session.host_buffers.delete(request.handle)
         except HostBufferError as exc:
-            _abort(context, status_of(exc))
+            raise status_of(exc) from None
         return b""
 
-    def host_buffer_read_from_disk(self, data: bytes, context: Any) -> bytes:
-        _abort(context, Status("UNIMPLEMENTED", "the jax-ipu server reads no host buffers from "
-                               "disk: it shares no directory with its clients"))
-        return b""
+    def host_buffer_read_from_disk(self, data: bytes) -> bytes:
+        raise Status("UNIMPLEMENTED", "the jax-ipu server reads no host buffers from disk: it "
+                     "shares no directory with its clients")
 
-    def _parse(self, cls: type, data: bytes, context: Any) -> Any:
+    def unary(self, method: str, data: bytes) -> bytes:
+        """The answer to a call of one request and one answer, by its method's name."""
+        handler = {"GetVersion": self.get_version,
+                   "HostBufferDelete": self.host_buffer_delete,
+                   "HostBufferReadFromDisk": self.host_buffer_read_from_disk}.get(method)
+        if handler is None:
+            raise Status("UNIMPLEMENTED", f"method {method} is not one of "
+                         f"{schema_mod.SERVICE}'s")
+        return handler(data)
+
+    def _parse(self, cls: type, data: bytes) -> Any:
         message = cls()
         try:
             message.ParseFromString(data)
         except Exception:  # noqa: BLE001
-            _abort(context, Status("INVALID_ARGUMENT",
-                                   f"the request is not a {cls.DESCRIPTOR.full_name}"))
+            raise Status("INVALID_ARGUMENT",
+                         f"the request is not a {cls.DESCRIPTOR.full_name}") from None
         return message
 
 
-def _abort(context: Any, status: Status) -> None:
-    import grpc
+class SessionStream:
+    """One IfrtSession stream as its transport sees it: each request's answer, in order, and
+    whether the stream goes on; the session opens with the first request (an InitRequest)."""
 
-    context.abort(getattr(grpc.StatusCode, status.code), status.message)
+    def __init__(self, server: IfrtProxyServer, header: bytes) -> None:
+        self._server = server
+        self._header = header
+        self._session: Session | None = None
+        self._session_id = 0
+
+    def message(self, data: bytes) -> tuple[bytes, bool]:
+        """The answer to one request, and False once the stream is to end (a refusal)."""
+        if self._session is not None:
+            return self._session.handle(data), True
+        server = self._server
+        request = server._IfrtRequest()
+        try:
+            request.ParseFromString(data)
+        except Exception:  # noqa: BLE001
+            request = server._IfrtRequest()
+        op_id = request.request_metadata.op_id
+        session_id = secrets.randbits(63) | 1
+        try:
+            if request.WhichOneof("request") != "init_request":
+                raise Status("FAILED_PRECONDITION",
+                             "a session's first request must be an InitRequest")
+            self._session = server._open(session_id, server._session_options(self._header))
+        except Exception as exc:  # noqa: BLE001 - refused: answered, then the stream ends
+            return server._refusal(op_id, status_of(exc)), False
+        self._session_id = session_id
+        return self._session.init_response(op_id, server.backend.client.platform_version), True
+
+    def cancelled(self) -> None:
+        """The client is gone: a request waiting for one of its host buffers stops waiting."""
+        if self._session is not None:
+            self._session.host_buffers.close("the client disconnected")
+
+    def end(self, reason: str) -> None:
+        """The stream is over: the session's arrays, executables and devices are freed."""
+        if self._session is not None:
+            self._server._close(self._session_id, self._server._stopping or reason)
 
 
-def _lookup_message(chunk: memoryview) -> bytes:
-    """A GrpcHostBufferLookupResponse of `chunk` (field 1, bytes), framed with one copy."""
-    return b"".join((b"\n", _varint(len(chunk)), chunk))
+class StoreTarget:
+    """One HostBufferStore call's buffer: `size` bytes, which the transport fills and hands to
+    finish()."""
+
+    def __init__(self, session: Session, handle: int, size: int) -> None:
+        self.session, self.handle, self.size = session, handle, size
+
+    def finish(self, data: memoryview | bytes | bytearray, filled: int,
+               problem: str | None = None) -> None:
+        """Store `data` (its first `filled` bytes arrived), or raise the Status of `problem`:
+        "overflow" (more bytes than size), "malformed" (a chunk that does not parse)."""
+        if problem == "overflow":
+            raise Status("INVALID_ARGUMENT", f"host buffer {self.handle} runs past its "
+                         f"buffer_size {self.size}")
+        if problem is not None:
+            raise Status("INVALID_ARGUMENT", f"host buffer {self.handle}: a chunk is not a "
+                         "GrpcHostBufferStoreRequest")
+        if filled != self.size:
+            raise Status("DATA_LOSS", f"host buffer {self.handle}: {filled} of its {self.size} "
+                         "bytes arrived")
+        try:
+            self.session.host_buffers.store(self.handle, memoryview(data).cast("B"))
+        except HostBufferError as exc:
+            raise status_of(exc) from None
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def serve(host: str, port: int, token: str | None, ready: Any = print) -> int:
+def serve(host: str, port: int, token: str | None, ready: Any = print,
+          transport: str = "auto") -> int:
     """Serve until SIGINT or SIGTERM, then end every session with an error its client sees."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    server = IfrtProxyServer(host, port, token)
+    server = IfrtProxyServer(host, port, token, transport=transport)
     bound = server.start()
     stopped = threading.Event()
 

@@ -174,19 +174,6 @@ class Build:
         return h.hexdigest()
 
 
-def _seal(library: bytes, name: str) -> str:
-    return sealing.seal(name.encode() + b"\0" + library).hex()
-
-
-def _sealed(lib: Path, seal: Path, name: str) -> bool:
-    """Whether `lib` is the library this user's jax-ipu built as `name` (its seal holds)."""
-    try:
-        library, mac = lib.read_bytes(), bytes.fromhex(seal.read_text().strip())
-    except (OSError, ValueError):
-        return False
-    return sealing.holds(name.encode() + b"\0" + library, mac)
-
-
 def _compile(build: Build, command: list[str], out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="build-", dir=out.parent) as tmp:
         unit = Path(tmp) / "vertex.cc"
@@ -213,7 +200,7 @@ def _compile(build: Build, command: list[str], out: Path) -> None:
             raise IpuVertexBuildError(
                 f"the C++ compiler failed on the vertex in {build.source_name}:\n{shown}{more}")
         library = Path(tmp) / LIBRARY
-        (Path(tmp) / SEAL).write_text(_seal(library.read_bytes(), out.name))
+        (Path(tmp) / SEAL).write_text(sealing.named_seal(library.read_bytes(), out.name))
         os.chmod(library, 0o600)
         os.chmod(Path(tmp) / SEAL, 0o600)
         # Move the two files into place, the seal last: a library without its seal is never
@@ -234,7 +221,7 @@ def library(build: Build) -> Path:
     if out.exists():
         sealing.check_directory(out, "the vertex build directory")
     lib = out / LIBRARY
-    if _sealed(lib, out / SEAL, out.name):
+    if sealing.named_seal_holds(lib, out / SEAL, out.name):
         return lib
     logger.info("building vertex %s into %s", build.source_name, out)
     _compile(build, command, out)
