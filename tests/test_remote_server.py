@@ -88,6 +88,16 @@ def test_the_transport_is_chosen_and_named(server: Server, tmp_path: Path) -> No
         fallback.stop()
 
 
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+def test_a_port_in_use_is_a_clear_error(server: Server, transport: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "jax_ipu", "serve", "--port", str(server.port),
+                           "--transport", transport], capture_output=True, text=True,
+                          env=_base_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: cannot bind 127.0.0.1:{server.port} (in use?)")
+
+
 def test_versions_are_negotiated_within_both_ranges(server: Server) -> None:
     raw = RawSession(server.address, token=TOKEN)
     try:

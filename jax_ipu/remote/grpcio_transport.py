@@ -23,8 +23,6 @@ class GrpcioTransport:
     def __init__(self, service: Any, address: str, threads: int) -> None:
         import grpc
 
-        from jax_ipu.remote.transports import TransportError
-
         self._service = service
         self._server = grpc.server(
             futures.ThreadPoolExecutor(threads, thread_name_prefix="ipu-remote-rpc"),
@@ -33,9 +31,12 @@ class GrpcioTransport:
                      ("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=threads)
         self._server.add_generic_rpc_handlers((self._handlers(grpc),))
-        self.port = self._server.add_insecure_port(address)
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError:  # grpcio's way of saying so; older releases returned port 0
+            self.port = 0
         if self.port == 0:
-            raise TransportError(f"cannot bind {address} (in use?)")
+            raise OSError(f"cannot bind {address} (in use?)")
         self._server.start()
 
     def stop(self, grace: float) -> None:

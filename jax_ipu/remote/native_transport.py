@@ -180,12 +180,7 @@ class NativeTransport:
 
     def __init__(self, service: Any, address: str, threads: int) -> None:
         native = module()
-        from jax_ipu.remote.transports import TransportError
-
-        try:
-            self._handle = native.start(_Service(service), address, threads, CHUNK)
-        except OSError as exc:
-            raise TransportError(str(exc)) from None
+        self._handle = native.start(_Service(service), address, threads, CHUNK)  # OSError
         self._native = native
         self.port = native.port(self._handle)
         self._stopped = threading.Event()

@@ -36,16 +36,19 @@ def start(name: str, service: Any, host: str, port: int, threads: int) -> Transp
     """A started transport serving `service` on host:port. "auto": the C++ transport, or
     grpcio's when the C++ one cannot be built (logged, with the reason)."""
     address = f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
-    if check(name) != "grpcio":
-        from jax_ipu.remote import native_transport
+    try:
+        if check(name) != "grpcio":
+            from jax_ipu.remote import native_transport
 
-        try:
-            return native_transport.NativeTransport(service, address, threads)
-        except native_transport.NativeTransportUnavailable as exc:
-            if name == "native":
-                raise TransportError(str(exc)) from None
-            logger.warning("serving with grpcio's Python transport, about 2x slower a call: %s",
-                           exc)
-    from jax_ipu.remote.grpcio_transport import GrpcioTransport
+            try:
+                return native_transport.NativeTransport(service, address, threads)
+            except native_transport.NativeTransportUnavailable as exc:
+                if name == "native":
+                    raise TransportError(str(exc)) from None
+                logger.warning("serving with grpcio's Python transport, about 2x slower a "
+                               "call: %s", exc)
+        from jax_ipu.remote.grpcio_transport import GrpcioTransport
 
-    return GrpcioTransport(service, address, threads)
+        return GrpcioTransport(service, address, threads)
+    except OSError as exc:  # the address cannot be bound
+        raise TransportError(str(exc)) from None
