@@ -157,6 +157,31 @@ def _codec(raw: RawSession):  # noqa: ANN202
     return Codec(raw.schema)
 
 
+def test_a_client_gone_while_a_request_waits_for_its_host_buffer(server: Server) -> None:
+    # The request names a host buffer that never comes: it waits, holding its thread, until the
+    # client goes; then the wait ends, the session closes and the server goes on serving.
+    before = len(_closed_sessions(server))
+    raw = RawSession(server.address, devices=1)
+    own = raw.init.init_response.all_devices[0].id
+    codec = _codec(raw)
+    request = raw.m("xla.ifrt.proxy.IfrtRequest")(make_array_from_host_buffer_request=dict(
+        dtype=codec.dtype_proto(np.dtype(np.float32)), shape=codec.shape_proto((4,)),
+        sharding=codec.single_device_sharding(own, None), host_buffer_handle=777_777,
+        array_handle=7))
+    request.request_metadata.op_id = 99
+    raw.send(request.SerializeToString())
+    with pytest.raises(AssertionError, match="no answer in 2 s"):
+        raw.receive(timeout=2)  # waiting for buffer 777777
+    raw.close()
+    wait_for(lambda: len(_closed_sessions(server)) > before, what="the waiting session to close")
+    fresh = RawSession(server.address, devices=1)
+    try:
+        answer = fresh.request(make_array_from_host_buffer_request=_put(fresh, own, 8))
+        assert answer.response_metadata.status.code == CODES["OK"], answer
+    finally:
+        fresh.close()
+
+
 def test_a_closed_or_killed_client_frees_everything(server: Server) -> None:
     fill = f"""
         import jax, jax.numpy as jnp, numpy as np
