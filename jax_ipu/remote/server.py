@@ -137,9 +137,10 @@ class IfrtProxyServer:
     # ---- lifetime ----
     def start(self) -> int:
         """Bind and serve; the port bound (useful with port 0)."""
-        # A thread per call in progress at most (a session's stream holds one while a request
-        # is handled): past that grpcio refuses a call at once (RESOURCE_EXHAUSTED), never
-        # queues it behind calls that may wait long.
+        # Enough threads that sessions whose requests wait on a host buffer (each holds one
+        # meanwhile) never hold them all. grpcio gives a call in progress a thread and refuses
+        # calls past that at once (RESOURCE_EXHAUSTED), never queueing them behind calls that
+        # may wait long; the C++ transport runs every call on a pool of this size.
         threads = 2 * self.max_sessions + 8
         self._transport = transports.start(self.transport, self, self.host, self.port, threads)
         self.port = self._transport.port
