@@ -71,7 +71,8 @@ def _identity(command: list[str]) -> str:
     """What the build depends on beyond its command: the source, gRPC's version, the
     interpreter's ABI and the compiler's version."""
     version = _run([command[0], "--version"], f"{command[0]} --version")
-    grpc = _run(["pkg-config", "--modversion", "grpc++"], "pkg-config --modversion grpc++")
+    pkg_config = shutil.which("pkg-config") or "pkg-config"  # _command found it
+    grpc = _run([pkg_config, "--modversion", "grpc++"], "pkg-config --modversion grpc++")
     return "\0".join([SOURCE.read_text(), grpc, version, sys.version,
                       sysconfig.get_config_var("EXT_SUFFIX") or ""])
 

@@ -67,8 +67,8 @@ std::string PythonErrorText() {
   return text;
 }
 
-// Reads a handler's (code, message, payload); the GIL is held. Steals `result`.
-Answer Read(PyObject* result) {
+// Unpacks a handler's (code, message, payload); the GIL is held. Steals `result`.
+Answer Unpack(PyObject* result) {
   Answer answer;
   if (result == nullptr) {
     answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
@@ -304,7 +304,7 @@ void Call::Accepted(bool ok) {
               : PyObject_CallMethod(transport_->service,
                                     kind_ == Kind::kSession ? "session" : "store", "O", metadata);
       Py_XDECREF(metadata);
-      answer = Read(result);
+      answer = Unpack(result);
       if (answer.status.ok() && kind_ == Kind::kStore) {
         // payload: (size, finish); the bytearray is made now, filled without the GIL.
         Py_ssize_t size = -1;
@@ -365,7 +365,7 @@ void Call::ReadDone(bool ok) {
       {
         Gil gil;
         PyObject* data = Bytes(in_);
-        answer = Read(data == nullptr ? nullptr
+        answer = Unpack(data == nullptr ? nullptr
                                       : PyObject_CallMethod(session_, "message", "N", data));
         if (answer.status.ok()) {
           char* bytes = nullptr;
@@ -399,7 +399,7 @@ void Call::ReadDone(bool ok) {
         Answer answer;
         {
           Gil gil;
-          answer = Read(PyObject_CallFunction(store_finish_, "Onz", store_,
+          answer = Unpack(PyObject_CallFunction(store_finish_, "Onz", store_,
                                               static_cast<Py_ssize_t>(filled_), problem_));
           Py_CLEAR(answer.payload);
         }
@@ -412,7 +412,7 @@ void Call::ReadDone(bool ok) {
       Answer answer;
       {
         Gil gil;
-        answer = Read(PyObject_CallMethod(transport_->service, "lookup", "N", Bytes(in_)));
+        answer = Unpack(PyObject_CallMethod(transport_->service, "lookup", "N", Bytes(in_)));
         if (answer.status.ok()) {
           if (PyObject_GetBuffer(answer.payload, &view_, PyBUF_SIMPLE) == 0) {
             has_view_ = true;
@@ -435,7 +435,7 @@ void Call::ReadDone(bool ok) {
       std::string out;
       {
         Gil gil;
-        answer = Read(PyObject_CallMethod(transport_->service, "unary", "sN", method_.c_str(),
+        answer = Unpack(PyObject_CallMethod(transport_->service, "unary", "sN", method_.c_str(),
                                           Bytes(in_)));
         if (answer.status.ok()) {
           char* bytes = nullptr;
