@@ -192,6 +192,8 @@ batched_device_put = _attr(_jax, "batched_device_put")
 HostBufferSemantics = _attr(_jax, "HostBufferSemantics")
 # jax's Array type; made with _skip_checks=True to join per-device shards without a copy.
 ArrayImpl = _attr(_jax, "ArrayImpl")
+# Makes the ArrayImpl of one output of execute_sharded in C++ (what jax's own dispatch uses).
+array_result_handler = _attr(_jax, "array_result_handler")
 get_distributed_runtime_client = _attr(_jax, "get_distributed_runtime_client")
 get_distributed_runtime_service = _attr(_jax, "get_distributed_runtime_service")
 make_gloo_tcp_collectives = _attr(_jax, "make_gloo_tcp_collectives")

@@ -191,12 +191,18 @@ class Transport {
   bool stopped = false;  // stop() called (under the GIL)
 
   void Loop() {
+    // One Python thread state for the thread's life: each message's Gil then reuses it, where
+    // a thread without one would make and free a thread state per message.
+    PyGILState_STATE python = PyGILState_Ensure();
+    PyThreadState* state = PyEval_SaveThread();
     void* tag;
     bool ok;
     while (queue->Next(&tag, &ok)) {
       auto* op = static_cast<Call::Op*>(tag);
       op->call->Run(op, ok);
     }
+    PyEval_RestoreThread(state);
+    PyGILState_Release(python);
   }
 
   // A new call to accept; false once the queue is closing.
