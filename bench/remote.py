@@ -9,7 +9,12 @@ local process and in a remote client, in alternating rounds (not a test: speed g
 Each round runs one fresh worker process per side; the figures are medians over the rounds,
 and the ratios are of those medians. The server's CPU time per operation is printed too (read
 from /proc by the remote worker): on a shared machine it varies far less than wall time.
-Run: python bench/remote.py [--rounds 3] [--transport native|grpcio]."""
+
+With --split-cores the server (and the local worker, for the same compute) runs on half of the
+machine's cores and the remote client on the other half, as if the client were another host;
+without it, client and server share every core, so the client's own work (jaxlib's transfer
+threads) is taken from the step's compute.
+Run: python bench/remote.py [--rounds 3] [--transport native|grpcio] [--split-cores]."""
 
 from __future__ import annotations
 
@@ -100,10 +105,17 @@ def worker(calls: int, steps: int) -> dict[str, float]:
     return out
 
 
-def _run_worker(env: dict[str, str], calls: int, steps: int) -> dict[str, float]:
+def _pinned(cores: set[int] | None) -> Any:
+    """A preexec_fn that runs a child on `cores` (set before exec, so that XLA sizes its thread
+    pools to them), or None."""
+    return None if cores is None else lambda: os.sched_setaffinity(0, cores)
+
+
+def _run_worker(env: dict[str, str], calls: int, steps: int, cores: set[int] | None
+                ) -> dict[str, float]:
     proc = subprocess.run([sys.executable, __file__, "--worker", "--calls", str(calls),
                            "--steps", str(steps)], env=env, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, preexec_fn=_pinned(cores))
     if proc.returncode != 0:
         raise SystemExit(f"worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -121,18 +133,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--transport", choices=("native", "grpcio"), default="native",
                         help="the server's transport (python -m jax_ipu serve --transport)")
+    parser.add_argument("--split-cores", action="store_true",
+                        help="server and local worker on half the cores, the remote client on "
+                             "the other half (as if it were another host)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.calls, args.steps)))
         return
 
+    server_cores = client_cores = None
+    if args.split_cores:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            raise SystemExit("--split-cores needs at least 2 cores")
+        client_cores, server_cores = set(cores[:len(cores) // 2]), set(cores[len(cores) // 2:])
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_IPU_", "POPLAR_"))}
     base.update(JAX_PLATFORMS="ipu,cpu", TF_CPP_MIN_LOG_LEVEL="3")
     server = subprocess.Popen([sys.executable, "-m", "jax_ipu", "serve", "--port", "0",
                                "--transport", args.transport],
                               env=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True)
+                              text=True, preexec_fn=_pinned(server_cores))
     try:
         line = server.stdout.readline()
         address = "grpc://" + line.split("listening on ")[1].split()[0]
@@ -140,8 +161,9 @@ def main() -> None:
         results: dict[str, list[dict[str, float]]] = {"local": [], "remote": []}
         loads = [_load()]
         for _ in range(args.rounds):
-            results["local"].append(_run_worker(base, args.calls, args.steps))
-            results["remote"].append(_run_worker(remote_env, args.calls, args.steps))
+            results["local"].append(_run_worker(base, args.calls, args.steps, server_cores))
+            results["remote"].append(_run_worker(remote_env, args.calls, args.steps,
+                                                 client_cores))
             loads.append(_load())
     finally:
         server.terminate()
@@ -150,8 +172,11 @@ def main() -> None:
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in results[side])
 
+    placement = (f"server and local worker on cores {sorted(server_cores)}, remote client on "
+                 f"{sorted(client_cores)}" if server_cores else "client and server share the cores")
     print(f"remote IPU Model over loopback ({args.transport} transport), {args.rounds} rounds "
-          f"(load average 1/5/15 min during the run: {'; '.join(loads)}; {os.cpu_count()} cores)")
+          f"(load average 1/5/15 min during the run: {'; '.join(loads)}; {os.cpu_count()} cores; "
+          f"{placement})")
     rows: list[tuple[str, Any, Any, str]] = [
         ("call + read-back of float32[8]", med("local", "call_read_s") * 1e3,
          med("remote", "call_read_s") * 1e3, "ms (target: remote <= 1 ms)"),
