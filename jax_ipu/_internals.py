@@ -60,6 +60,7 @@ register_plugin = _attr(_xla_bridge, "register_plugin", ("plugin_name", "priorit
 _lib = _module("jax._src.lib")
 register_plugin_profiler = _attr(_lib, "_profiler.register_plugin_profiler")
 backends = _attr(_xla_bridge, "backends")
+backends_are_initialized = _attr(_xla_bridge, "backends_are_initialized")
 # platform -> BackendRegistration (a dataclass): fail_quietly lets jax start without the backend.
 backend_factories = _attr(_xla_bridge, "_backend_factories")
 # Platforms whose programs jax lowers with input/output aliases for donated arguments.

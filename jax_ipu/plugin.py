@@ -5,6 +5,8 @@ flags, the PJRT table, donation support and the lowering rules for platform "ipu
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import dataclasses
 import functools
 import logging
@@ -214,6 +216,21 @@ def _spare_other_backends() -> None:
     factories[PLATFORM] = dataclasses.replace(factories[PLATFORM], fail_quietly=True)
 
 
+def _keep_client_past_exit() -> None:
+    """At exit, before jax frees its clients (its own atexit, which runs after this one): one
+    reference to the ipu client that is never released. np.asarray of an ipu array is a view of
+    the buffer (as for cpu arrays), and jaxlib's view holds a raw pointer to the client, which
+    it reads when the view is freed; a view in a module's globals is freed after jax freed the
+    client, which then crashed the exit now and then (a segfault in about 1 exit of 60)."""
+    if jax.config.jax_debug_leaked_clients_on_clear_backends:
+        return  # the user asked jax to check that clear_backends frees every client
+    if not _internals.backends_are_initialized():
+        return
+    client = _internals.backends().get(PLATFORM)
+    if client is not None:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
+
+
 EAGER_OP = "the eager op at"  # how compiler/checks.py names a program jax made for one op
 
 
@@ -261,6 +278,7 @@ def initialize() -> None:
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
         _spare_other_backends()
+        atexit.register(_keep_client_past_exit)
         # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).
         _internals.register_plugin_profiler(c_api)
     lowering.register(PLATFORM)
