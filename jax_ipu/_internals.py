@@ -60,7 +60,8 @@ register_plugin = _attr(_xla_bridge, "register_plugin", ("plugin_name", "priorit
 _lib = _module("jax._src.lib")
 register_plugin_profiler = _attr(_lib, "_profiler.register_plugin_profiler")
 backends = _attr(_xla_bridge, "backends")
-backends_are_initialized = _attr(_xla_bridge, "backends_are_initialized")
+# register_backend_initialization_hook(hook): hook(client) for every backend made, now or later.
+register_backend_initialization_hook = _attr(_xla_bridge, "register_backend_initialization_hook")
 # platform -> BackendRegistration (a dataclass): fail_quietly lets jax start without the backend.
 backend_factories = _attr(_xla_bridge, "_backend_factories")
 # Platforms whose programs jax lowers with input/output aliases for donated arguments.

@@ -5,7 +5,6 @@ flags, the PJRT table, donation support and the lowering rules for platform "ipu
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import dataclasses
 import functools
@@ -216,19 +215,15 @@ def _spare_other_backends() -> None:
     factories[PLATFORM] = dataclasses.replace(factories[PLATFORM], fail_quietly=True)
 
 
-def _keep_client_past_exit() -> None:
-    """At exit, before jax frees its clients (its own atexit, which runs after this one): one
-    reference to the ipu client that is never released. np.asarray of an ipu array is a view of
-    the buffer (as for cpu arrays), and jaxlib's view holds a raw pointer to the client, which
-    it reads when the view is freed; a view in a module's globals is freed after jax freed the
-    client, which then crashed the exit now and then (a segfault in about 1 exit of 60)."""
-    if jax.config.jax_debug_leaked_clients_on_clear_backends:
-        return  # the user asked jax to check that clear_backends frees every client
-    if not _internals.backends_are_initialized():
-        return
-    client = _internals.backends().get(PLATFORM)
-    if client is not None:
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
+def _keep_to_the_end(client: Any) -> None:
+    """One reference to each ipu client jax makes, never released. np.asarray of an ipu array
+    is a view of its buffer (as for cpu arrays), and jaxlib's view holds a raw pointer to the
+    client, which it reads when the view is freed: a view freed after jax freed the client (one
+    in a module's globals at exit, or one kept across jax.extend.backend.clear_backends())
+    crashed the process. A client cleared away is then kept until the process ends."""
+    if client.platform != PLATFORM or jax.config.jax_debug_leaked_clients_on_clear_backends:
+        return  # that flag asks jax to check that clear_backends frees every client
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
 
 
 EAGER_OP = "the eager op at"  # how compiler/checks.py names a program jax made for one op
@@ -278,7 +273,7 @@ def initialize() -> None:
         c_api = slots.install(distributed_state)
         _internals.register_plugin(PLATFORM, priority=400, c_api=c_api)
         _spare_other_backends()
-        atexit.register(_keep_client_past_exit)
+        _internals.register_backend_initialization_hook(_keep_to_the_end)
         # jax.profiler's traces then hold the IPUs' planes (the table's profiler extension).
         _internals.register_plugin_profiler(c_api)
     lowering.register(PLATFORM)
