@@ -220,9 +220,13 @@ def _keep_to_the_end(client: Any) -> None:
     is a view of its buffer (as for cpu arrays), and jaxlib's view holds a raw pointer to the
     client, which it reads when the view is freed: a view freed after jax freed the client (one
     in a module's globals at exit, or one kept across jax.extend.backend.clear_backends())
-    crashed the process. A client cleared away is then kept until the process ends."""
+    crashed the process. A client cleared away is then kept until the process ends. Not in a
+    multi-process run: there the client must go at exit, before the coordination service stops,
+    or its XLA:CPU client's task watcher logs gRPC errors (such a run keeps the rare crash)."""
     if client.platform != PLATFORM or jax.config.jax_debug_leaked_clients_on_clear_backends:
         return  # that flag asks jax to check that clear_backends frees every client
+    if len({d.process_index for d in client.devices()}) > 1:
+        return
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
 
 
