@@ -197,7 +197,7 @@ class Executable:
         self.output_shardings = self._output_shardings()
         # Each output's Array is made in C++ as execute_sharded's results are consumed, as jax's
         # own dispatch does: about half the CPU time of joining shards into ArrayImpls in Python.
-        self._results = [
+        self._result_handlers = [
             _internals.array_result_handler(_aval(shape, dtype), sharding, True, True)
             for (shape, dtype), sharding in zip(signature.results, self.output_shardings,
                                                 strict=True)]
@@ -217,7 +217,7 @@ class Executable:
                 for op, k in zip(ops, kinds, strict=True)]
 
     def execute(self, args: Sequence[Any]) -> list[Any]:
-        return self.loaded.execute_sharded(list(args)).consume_with_handlers(self._results)
+        return self.loaded.execute_sharded(list(args)).consume_with_handlers(self._result_handlers)
 
     def cost_analysis(self) -> dict[str, Any]:
         """jax's cost_analysis() figures, cycle counts exact (attribute maps hold float32), and
