@@ -14,7 +14,10 @@ With --split-cores the server (and the local worker, for the same compute) runs 
 machine's cores and the remote client on the other half, as if the client were another host;
 without it, client and server share every core, so the client's own work (jaxlib's transfer
 threads) is taken from the step's compute.
-Run: python bench/remote.py [--rounds 3] [--transport native|grpcio] [--split-cores]."""
+With --shared-dir the remote client puts host buffers of 1 MiB or more as files in a private
+directory under /dev/shm (JAX_IPU_REMOTE_SHARED_DIR), which the server maps.
+Run: python bench/remote.py [--rounds 3] [--transport native|grpcio] [--split-cores]
+[--shared-dir [PARENT]]."""
 
 from __future__ import annotations
 
@@ -136,6 +139,9 @@ def main() -> None:
     parser.add_argument("--split-cores", action="store_true",
                         help="server and local worker on half the cores, the remote client on "
                              "the other half (as if it were another host)")
+    parser.add_argument("--shared-dir", nargs="?", const="/dev/shm", default="",
+                        help="the remote client's JAX_IPU_REMOTE_SHARED_DIR (default /dev/shm): "
+                             "large host buffers as files, for a server on this host")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -157,7 +163,8 @@ def main() -> None:
     try:
         line = server.stdout.readline()
         address = "grpc://" + line.split("listening on ")[1].split()[0]
-        remote_env = {**base, "JAX_IPU_REMOTE": address, SERVER_PID_VAR: str(server.pid)}
+        remote_env = {**base, "JAX_IPU_REMOTE": address, SERVER_PID_VAR: str(server.pid),
+                      "JAX_IPU_REMOTE_SHARED_DIR": args.shared_dir}
         results: dict[str, list[dict[str, float]]] = {"local": [], "remote": []}
         loads = [_load()]
         for _ in range(args.rounds):
@@ -174,6 +181,8 @@ def main() -> None:
 
     placement = (f"server and local worker on cores {sorted(server_cores)}, remote client on "
                  f"{sorted(client_cores)}" if server_cores else "client and server share the cores")
+    if args.shared_dir:
+        placement += f"; host buffers of 1 MiB or more as files under {args.shared_dir}"
     print(f"remote IPU Model over loopback ({args.transport} transport), {args.rounds} rounds "
           f"(load average 1/5/15 min during the run: {'; '.join(loads)}; {os.cpu_count()} cores; "
           f"{placement})")

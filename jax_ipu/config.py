@@ -160,6 +160,15 @@ FLAGS: tuple[Flag, ...] = (
         f"0 (all) or a whole number from 1 to {MAX_DEVICES}", lambda v: 0 <= v <= MAX_DEVICES,
     ),
     Flag(
+        "jax_ipu_remote_shared_dir", str, "",
+        "A directory on this host (e.g. /dev/shm) in which a remote client makes a private "
+        "directory for the host buffers it puts of 1 MiB or more: a jax-ipu server on the same "
+        "host, run by the same user, reads them as files instead of over gRPC. Empty: every "
+        "byte travels over gRPC.",
+        "'' or an absolute directory path, e.g. '/dev/shm'",
+        lambda v: not v.strip() or os.path.isabs(v.strip()),
+    ),
+    Flag(
         "jax_ipu_remote_timeout", int, 30,
         "Seconds to keep trying to open a session with the server at jax_ipu_remote.",
         "a whole number of seconds from 1", lambda v: v >= 1,

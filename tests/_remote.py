@@ -213,7 +213,7 @@ class RawSession:
     SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
 
     def __init__(self, address: str, token: str | None = None, devices: int | None = None,
-                 protocol: int = 23) -> None:
+                 protocol: int = 23, shared_dir: str | None = None) -> None:
         import queue
         import threading
 
@@ -231,6 +231,9 @@ class RawSession:
             metadata.initialization_data.attributes["token"].string_value = token.encode()
         if devices is not None:
             metadata.initialization_data.attributes["devices"].int64_value = devices
+        if shared_dir is not None:
+            metadata.initialization_data.attributes["shared_dir"].string_value = \
+                shared_dir.encode()
         self._outbox: queue.Queue = queue.Queue()
         self.answers: queue.Queue = queue.Queue()
         stream = self.channel.stream_stream(self.SERVICE + "IfrtSession",
@@ -297,6 +300,17 @@ class RawSession:
                                          request_serializer=_raw, response_deserializer=_raw)
         return call(iter(chunks), timeout=timeout, metadata=[
             ("ifrt-proxy-grpc-host-buffer-store-metadata-bin", metadata.SerializeToString())])
+
+    def read_from_disk(self, handle: int, size: int, session_id: int | None = None,
+                       timeout: float = 30.0) -> bytes:
+        """HostBufferReadFromDisk: the server reads host buffer `handle` from the session's
+        shared directory (file lt_<handle>, `size` bytes)."""
+        request = self.m("xla.ifrt.proxy.GrpcHostBufferReadFromDiskRequest")()
+        request.metadata.session_id = (self.init.init_response.session_id
+                                       if session_id is None else session_id)
+        request.metadata.handle, request.metadata.buffer_size = handle, size
+        return self.unary("HostBufferReadFromDisk", request.SerializeToString(),
+                          timeout=timeout)
 
     def lookup(self, handle: int, timeout: float = 30.0) -> list[bytes]:
         """HostBufferLookup of `handle` in this session: the data of each message, in order."""

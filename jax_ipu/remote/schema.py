@@ -48,6 +48,7 @@ USED_FIELDS: dict[str, str] = {
     "xla.ifrt.proxy.GrpcHostBufferLookupRequest": "session_id handle",
     "xla.ifrt.proxy.GrpcHostBufferLookupResponse": "data",
     "xla.ifrt.proxy.GrpcHostBufferDeleteRequest": "session_id handle",
+    "xla.ifrt.proxy.GrpcHostBufferReadFromDiskRequest": "metadata",
     "xla.ifrt.proxy.IfrtRequest": "request_metadata",
     "xla.ifrt.proxy.IfrtResponse": "response_metadata",
     "xla.ifrt.proxy.RequestMetadata": "op_id",

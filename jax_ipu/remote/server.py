@@ -24,10 +24,11 @@ from jax_ipu.errors import IpuError
 from jax_ipu.remote import schema as schema_mod
 from jax_ipu.remote import transports
 from jax_ipu.remote.backend import Backend
-from jax_ipu.remote.client import DEVICES_KEY, TOKEN_KEY
+from jax_ipu.remote.client import DEVICES_KEY, SHARED_DIR_KEY, TOKEN_KEY
 from jax_ipu.remote.hostbuffers import HostBufferError
 from jax_ipu.remote.ifrt import Codec
 from jax_ipu.remote.session import CODES, Session, Status, status_of
+from jax_ipu.remote.shareddir import SharedDir
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class IfrtProxyServer:
         self._StoreMetadata = m("xla.ifrt.proxy.GrpcHostBufferStoreMetadata")
         self._LookupRequest = m("xla.ifrt.proxy.GrpcHostBufferLookupRequest")
         self._DeleteRequest = m("xla.ifrt.proxy.GrpcHostBufferDeleteRequest")
+        self._ReadFromDiskRequest = m("xla.ifrt.proxy.GrpcHostBufferReadFromDiskRequest")
         self._IfrtRequest = m("xla.ifrt.proxy.IfrtRequest")
 
     # ---- lifetime ----
@@ -226,16 +228,27 @@ class IfrtProxyServer:
         count = options.get(DEVICES_KEY)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
             raise Status("INVALID_ARGUMENT", f"devices={count!r}: a whole number of devices")
-        with self._lock:
-            if self._stopping is not None:
-                raise Status("UNAVAILABLE", self._stopping)
-            if len(self.sessions) >= self.max_sessions:
-                raise Status("RESOURCE_EXHAUSTED", f"this server has {len(self.sessions)} "
-                             f"sessions, its limit: try again when one ends")
-            partition = self.partitions.take(session_id, count)
-            session = Session(self.schema, self.backend, session_id, partition.device_ids)
-            self.sessions[session_id] = session
-        logger.info("session %x opened on devices %s", session_id, partition.device_ids)
+        try:
+            shared = SharedDir(options[SHARED_DIR_KEY]) if SHARED_DIR_KEY in options else None
+        except HostBufferError as exc:
+            raise status_of(exc) from None
+        try:
+            with self._lock:
+                if self._stopping is not None:
+                    raise Status("UNAVAILABLE", self._stopping)
+                if len(self.sessions) >= self.max_sessions:
+                    raise Status("RESOURCE_EXHAUSTED", f"this server has {len(self.sessions)} "
+                                 f"sessions, its limit: try again when one ends")
+                partition = self.partitions.take(session_id, count)
+                session = Session(self.schema, self.backend, session_id, partition.device_ids,
+                                  shared)
+                self.sessions[session_id] = session
+        except BaseException:
+            if shared is not None:
+                shared.close()
+            raise
+        logger.info("session %x opened on devices %s%s", session_id, partition.device_ids,
+                    f", shared directory {shared.path}" if shared else "")
         return session
 
     def _close(self, session_id: int, reason: str) -> None:
@@ -300,8 +313,23 @@ class IfrtProxyServer:
         return b""
 
     def host_buffer_read_from_disk(self, data: bytes) -> bytes:
-        raise Status("UNIMPLEMENTED", "the jax-ipu server reads no host buffers from disk: it "
-                     "shares no directory with its clients")
+        """A host buffer the client wrote to its session's shared directory (a client on this
+        host with JAX_IPU_REMOTE_SHARED_DIR; ipu/docs/remote.md)."""
+        header = self._parse(self._ReadFromDiskRequest, data).metadata
+        session = self._session(header.session_id)
+        if session.shared_dir is None:
+            raise Status("FAILED_PRECONDITION",
+                         "this session named no shared directory when it opened, so the server "
+                         "cannot read host buffers from files: on the client, set "
+                         "JAX_IPU_REMOTE_SHARED_DIR (not jaxlib's IFRT_PROXY_GRPC_LARGE_TRANSFER_* "
+                         "variables alone)")
+        try:
+            session.host_buffers.reserve(header.buffer_size)
+            session.host_buffers.store(
+                header.handle, session.shared_dir.read(header.handle, header.buffer_size))
+        except HostBufferError as exc:
+            raise status_of(exc) from None
+        return b""
 
     def unary(self, method: str, data: bytes) -> bytes:
         """The answer to a call of one request and one answer, by its method's name."""

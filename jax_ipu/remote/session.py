@@ -23,6 +23,7 @@ from jax_ipu.remote.backend import Backend, Executable
 from jax_ipu.remote.hostbuffers import HostBufferError, HostBuffers
 from jax_ipu.remote.ifrt import XLA_COMPILE_OPTIONS, XLA_PROGRAM, Codec, ProtocolError
 from jax_ipu.remote.schema import Schema
+from jax_ipu.remote.shareddir import SharedDir
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class Session:
     its stream's thread alone; its host buffers are shared with the HostBufferStore calls."""
 
     def __init__(self, schema: Schema, backend: Backend, session_id: int,
-                 device_ids: Sequence[int]) -> None:
+                 device_ids: Sequence[int], shared_dir: SharedDir | None = None) -> None:
         self.m = schema.message
         self.codec = Codec(schema)
         self.backend = backend
@@ -87,6 +88,7 @@ class Session:
         self.device_ids = tuple(device_ids)
         self.allowed = frozenset(device_ids)
         self.host_buffers = HostBuffers()
+        self.shared_dir = shared_dir  # where a client on this host writes large host buffers
         self.arrays: dict[int, Any] = {}  # handle -> jax Array, or the Status it failed with
         self.executables: dict[int, Executable] = {}
         # check_future handles: None (done) or the Status the future failed with
@@ -169,8 +171,13 @@ class Session:
             if not array.is_deleted():
                 freed += array.nbytes
                 array.delete()
-        return (f"freed {len(arrays)} arrays ({freed} bytes), {executables} executables, "
-                f"{buffered} bytes of host buffers")
+        summary = (f"freed {len(arrays)} arrays ({freed} bytes), {executables} executables, "
+                   f"{buffered} bytes of host buffers")
+        if self.shared_dir is not None:
+            unread = self.shared_dir.close()
+            summary += (f"; {self.shared_dir.reads} host buffers read from the shared directory "
+                        f"{self.shared_dir.path}, {unread} left unread there and removed")
+        return summary
 
     # ---- handles ----
     def _new_handle(self) -> int:
