@@ -137,6 +137,10 @@ def test_hostile_files_get_errors_and_unread_files_go_with_the_session(
         with pytest.raises(Exception, match="INVALID_ARGUMENT.*lt_4 in the shared directory "
                                             "does not open as a file"):
             raw.read_from_disk(4, 4)
+        os.mkfifo(shared / "lt_9")  # opening it to read would wait for a writer
+        with pytest.raises(Exception, match="INVALID_ARGUMENT.*lt_9 in the shared directory is "
+                                            "not a file"):
+            raw.read_from_disk(9, 4)
         os.link(shared / "lt_5", shared / "lt_6")
         with pytest.raises(Exception, match="INVALID_ARGUMENT.*not a file of the server's "
                                             "user with one link"):

@@ -60,18 +60,25 @@ class SharedDir:
     def read(self, handle: int, size: int) -> memoryview:
         """Host buffer `handle` of `size` bytes, mapped from its file; the file is removed."""
         name = f"{FILE_PREFIX}{handle}"
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._fd)
-        except FileNotFoundError:
-            raise HostBufferError("NOT_FOUND", f"no file {name} in the shared directory "
-                                  f"{self.path}") from None
-        except OSError as exc:
+        # The directory's descriptor is used under the lock: once the session closes it, its
+        # number may name another file.
+        with self._lock:
+            if self._fd < 0:
+                raise HostBufferError("CANCELLED", "the session has ended")
+            try:  # O_NONBLOCK: a FIFO planted there would block the open, not fail it
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=self._fd)
+            except FileNotFoundError:
+                raise HostBufferError("NOT_FOUND", f"no file {name} in the shared directory "
+                                      f"{self.path}") from None
+            except OSError as exc:
+                self._remove(name)
+                raise HostBufferError("INVALID_ARGUMENT", f"{name} in the shared directory "
+                                      f"does not open as a file ({exc.strerror})") from None
             self._remove(name)
-            raise HostBufferError("INVALID_ARGUMENT", f"{name} in the shared directory does "
-                                  f"not open as a file ({exc.strerror})") from None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
+            info = os.fstat(fd)  # unlinked: a file with another link has one left
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 0 \
                     or info.st_uid != os.geteuid():
                 raise HostBufferError("INVALID_ARGUMENT", f"{name} in the shared directory is "
                                       "not a file of the server's user with one link")
@@ -82,7 +89,6 @@ class SharedDir:
             data = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else bytearray()
         finally:
             os.close(fd)
-            self._remove(name)
         with self._lock:
             self.reads += 1
         return memoryview(data)
@@ -95,14 +101,14 @@ class SharedDir:
 
     def close(self) -> int:
         """Remove the files no request read (a client that died mid-transfer); how many."""
-        leftovers: list[str] = []
-        if self._fd < 0:
-            return 0
-        try:
-            leftovers = [n for n in os.listdir(self._fd) if _FILE_NAME.fullmatch(n)]
-            for name in leftovers:
-                self._remove(name)
-        finally:
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            if self._fd < 0:
+                return 0
+            try:
+                leftovers = [n for n in os.listdir(self._fd) if _FILE_NAME.fullmatch(n)]
+                for name in leftovers:
+                    self._remove(name)
+            finally:
+                os.close(self._fd)
+                self._fd = -1
         return len(leftovers)
