@@ -68,15 +68,18 @@ def test_large_puts_travel_as_files_with_the_same_numbers(server: Server, tmp_pa
             sharded = jax.device_put(arrays[3], rows)
             same.append(np.array_equal(np.asarray(jax.jit(lambda x: x - 1)(sharded)),
                                        arrays[3] - 1))
+            # donated: the server's read-only mapping is copied into the device, never written
+            overwrite = jax.jit(lambda x: x.at[0].set(-1), donate_argnums=0)
+            same.append(np.asarray(overwrite(jax.device_put(arrays[1], ipu[0])))[0] == -1)
             shared = remote.shared_dir()
             result = [shared, os.listdir(shared), [bool(s) for s in same]]
         """)
     finally:
         assert client.close() == 0
     assert shared.startswith(str(parent) + "/jax-ipu-transfers-")
-    assert left == [] and same == [True] * 5  # every file read and removed; the same numbers
+    assert left == [] and same == [True] * 6  # every file read and removed; the same numbers
     line = _closing_line(server, shared)
-    assert "; 5 host buffers read from the shared directory" in line, line  # not the 1 MiB - 4
+    assert "; 6 host buffers read from the shared directory" in line, line  # not the 1 MiB - 4
     assert "0 left unread there and removed" in line
     assert not os.path.exists(shared) and os.listdir(parent) == []  # removed at the client's exit
 
