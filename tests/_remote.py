@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+DOC = Path(__file__).resolve().parents[1] / "ipu" / "docs" / "remote.md"
 START_TIMEOUT = 120.0  # seconds for a server or client process to be ready
 CALL_TIMEOUT = 180.0  # seconds for one client snippet
 
@@ -175,6 +177,14 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
             return line
         if proc.poll() is not None:
             raise AssertionError(f"process {proc.pid} exited ({proc.returncode})")
+
+
+def bare_client_lines() -> str:
+    """The lines ipu/docs/remote.md gives a client without jax-ipu (its bare-client block)."""
+    block = re.search(r"<!-- bare-client -->\n```python\n(.*?)^```", DOC.read_text(),
+                      re.S | re.M)
+    assert block, "ipu/docs/remote.md has no bare-client block"
+    return block.group(1)
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, what: str = "a condition") -> None:

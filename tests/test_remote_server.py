@@ -19,10 +19,9 @@ from jax_ipu.errors import IpuConfigError
 from jax_ipu.remote import schema
 from jax_ipu.remote.server import IfrtProxyServer, ServeError, is_loopback
 from jax_ipu.remote.session import CODES
-from tests._remote import Client, RawSession, Server, _base_env, wait_for
+from tests._remote import Client, RawSession, Server, _base_env, bare_client_lines, wait_for
 
 TOKEN = "s3cret-token-for-tests"
-DOC = Path(__file__).resolve().parents[1] / "ipu" / "docs" / "remote.md"
 EXAMPLES = Path(__file__).resolve().parents[1] / "ipu" / "examples"
 
 
@@ -187,13 +186,6 @@ def test_an_example_script_is_pointed_at_a_server_with_remote(server: Server) ->
         client.close()
 
 
-def _bare_client_lines() -> str:
-    text = DOC.read_text()
-    block = re.search(r"<!-- bare-client -->\n```python\n(.*?)^```", text, re.S | re.M)
-    assert block, "ipu/docs/remote.md has no bare-client block"
-    return block.group(1)
-
-
 def test_a_client_without_jax_ipu(server: Server) -> None:
     """The doc's lines, in a process where jax-ipu cannot load: its jax_plugins entry point
     fails, so only jaxlib's proxy client gives platform ipu."""
@@ -201,7 +193,7 @@ def test_a_client_without_jax_ipu(server: Server) -> None:
         "import sys",
         "sys.modules['jax_ipu'] = None  # as if jax-ipu were not installed",
         f"SERVER = {server.address!r}",
-        _bare_client_lines().replace("{}  # {", f"{{'token': {TOKEN.encode()!r}}}  # {{"),
+        bare_client_lines().replace("{}  # {", f"{{'token': {TOKEN.encode()!r}}}  # {{"),
         "import jax.numpy as jnp, numpy as np",
         "assert jax.devices('ipu')[0].client.runtime_type == 'proxy/jax-ipu'",
         "x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices('ipu')[1])",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jax_ipu.remote.session import CODES
-from tests._remote import Client, RawSession, Server, wait_for
+from tests._remote import Client, RawSession, Server, _base_env, bare_client_lines, wait_for
 
 
 @pytest.fixture(scope="module", params=["native", "grpcio"])
@@ -82,6 +82,31 @@ def test_large_puts_travel_as_files_with_the_same_numbers(server: Server, tmp_pa
     assert "; 6 host buffers read from the shared directory" in line, line  # not the 1 MiB - 4
     assert "0 left unread there and removed" in line
     assert not os.path.exists(shared) and os.listdir(parent) == []  # removed at the client's exit
+
+
+def test_a_client_without_jax_ipu_names_its_directory_itself(server: Server, tmp_path: Path
+                                                             ) -> None:
+    """What ipu/docs/remote.md tells a bare-jaxlib client: jaxlib's two variables and the
+    directory in initialization_data, with the doc's lines."""
+    shared = _private_dir(tmp_path / "bare")
+    code = "\n".join([
+        "import sys",
+        "sys.modules['jax_ipu'] = None  # as if jax-ipu were not installed",
+        f"SERVER = {server.address!r}",
+        bare_client_lines().replace("{}  # {", f"{{'shared_dir': {str(shared).encode()!r}}}  # {{"),
+        "import numpy as np",
+        "x = np.arange(3 << 18, dtype=np.float32)  # 3 MiB",
+        "y = jax.device_put(x, jax.devices('ipu')[0])",
+        "print('same', np.array_equal(np.asarray(jax.jit(lambda a: a * 2)(y)), x * 2))",
+    ])
+    env = _base_env({"IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY": str(shared),
+                     "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES": "1048576"})
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "same True" in proc.stdout
+    line = _closing_line(server, str(shared))
+    assert "; 1 host buffers read from the shared directory" in line, line
 
 
 def test_a_directory_the_server_cannot_use_is_refused_when_the_session_opens(
