@@ -179,12 +179,19 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
             raise AssertionError(f"process {proc.pid} exited ({proc.returncode})")
 
 
-def bare_client_lines() -> str:
-    """The lines ipu/docs/remote.md gives a client without jax-ipu (its bare-client block)."""
+def bare_client_lines(address: str, initialization_data: dict[str, bytes]) -> str:
+    """A script's first lines as ipu/docs/remote.md gives them to a client without jax-ipu (its
+    bare-client block), in a process where jax-ipu cannot load (its jax_plugins entry point
+    fails), with `initialization_data` for the session."""
     block = re.search(r"<!-- bare-client -->\n```python\n(.*?)^```", DOC.read_text(),
                       re.S | re.M)
     assert block, "ipu/docs/remote.md has no bare-client block"
-    return block.group(1)
+    return "\n".join([
+        "import sys",
+        "sys.modules['jax_ipu'] = None  # as if jax-ipu were not installed",
+        f"SERVER = {address!r}",
+        block.group(1).replace("{}  # {", f"{initialization_data!r}  # {{"),
+    ])
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, what: str = "a condition") -> None:

@@ -90,10 +90,7 @@ def test_a_client_without_jax_ipu_names_its_directory_itself(server: Server, tmp
     directory in initialization_data, with the doc's lines."""
     shared = _private_dir(tmp_path / "bare")
     code = "\n".join([
-        "import sys",
-        "sys.modules['jax_ipu'] = None  # as if jax-ipu were not installed",
-        f"SERVER = {server.address!r}",
-        bare_client_lines().replace("{}  # {", f"{{'shared_dir': {str(shared).encode()!r}}}  # {{"),
+        bare_client_lines(server.address, {"shared_dir": str(shared).encode()}),
         "import numpy as np",
         "x = np.arange(3 << 18, dtype=np.float32)  # 3 MiB",
         "y = jax.device_put(x, jax.devices('ipu')[0])",
