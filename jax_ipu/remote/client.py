@@ -31,7 +31,7 @@ SHARED_DIR_KEY = "shared_dir"
 TRANSFER_DIR_VAR = "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY"
 TRANSFER_THRESHOLD_VAR = "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES"
 # Smaller buffers travel over gRPC: through a file, a 400 KB put cost the same time and CPU on
-# both sides; a 64 MiB put took a fifth to a third less time and half the server's CPU.
+# both sides; a 64 MiB put took about 30% less time and half the server's CPU.
 SHARED_DIR_THRESHOLD = 1 << 20
 # Below this much free space a warning: a put that does not fit fails in jaxlib's client, which
 # then drops its session and aborts the process at its next call.
@@ -83,7 +83,7 @@ def shared_dir() -> str | None:
             raise IpuConfigError(
                 f"{TRANSFER_THRESHOLD_VAR} is set, so jaxlib would write large host buffers to "
                 "files, which a jax-ipu server reads only from a directory the session names: "
-                f"unset jaxlib's variables and set JAX_IPU_REMOTE_SHARED_DIR (e.g. /dev/shm) "
+                "unset jaxlib's variables and set JAX_IPU_REMOTE_SHARED_DIR (e.g. /dev/shm) "
                 "instead, for a server on this host run by this user.")
         return None
     if own:
