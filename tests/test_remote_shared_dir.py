@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jax_ipu.remote import client as remote
 from jax_ipu.remote.session import CODES
 from tests._remote import Client, RawSession, Server, _base_env, bare_client_lines, wait_for
 
@@ -36,7 +37,8 @@ def _private_dir(path: Path) -> Path:
 
 
 def _closing_line(server: Server, shared: str) -> str:
-    pattern = rf"session \w+ closed .*host buffers read from the shared directory {shared}.*"
+    pattern = (r"session \w+ closed .*host buffers read from the shared directory "
+               + re.escape(shared) + ".*")
     wait_for(lambda: re.search(pattern, server.log), what="the session to close")
     return re.search(pattern, server.log).group(0)
 
@@ -96,8 +98,8 @@ def test_a_client_without_jax_ipu_names_its_directory_itself(server: Server, tmp
         "y = jax.device_put(x, jax.devices('ipu')[0])",
         "print('same', np.array_equal(np.asarray(jax.jit(lambda a: a * 2)(y)), x * 2))",
     ])
-    env = _base_env({"IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY": str(shared),
-                     "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES": "1048576"})
+    env = _base_env({remote.TRANSFER_DIR_VAR: str(shared),
+                     remote.TRANSFER_THRESHOLD_VAR: str(remote.SHARED_DIR_THRESHOLD)})
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]

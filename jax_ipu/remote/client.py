@@ -77,7 +77,6 @@ def shared_dir() -> str | None:
     if _shared_dir is not None:
         return _shared_dir  # jaxlib keeps the first directory for the process's life
     parent = config.value("jax_ipu_remote_shared_dir").strip()
-    own = [var for var in (TRANSFER_DIR_VAR, TRANSFER_THRESHOLD_VAR) if var in os.environ]
     if not parent:
         if TRANSFER_THRESHOLD_VAR in os.environ:
             raise IpuConfigError(
@@ -86,6 +85,7 @@ def shared_dir() -> str | None:
                 "unset jaxlib's variables and set JAX_IPU_REMOTE_SHARED_DIR (e.g. /dev/shm) "
                 "instead, for a server on this host run by this user.")
         return None
+    own = [var for var in (TRANSFER_DIR_VAR, TRANSFER_THRESHOLD_VAR) if var in os.environ]
     if own:
         raise IpuConfigError(
             f"JAX_IPU_REMOTE_SHARED_DIR sets jaxlib's {' and '.join(own)}: unset "
