@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "ipu" / "docs" / "remote.md"
@@ -284,15 +285,32 @@ class RawSession:
             return data
         return self.m("xla.ifrt.proxy.IfrtResponse").FromString(data)
 
-    def request(self, timeout: float = 30.0, **fields: Any) -> Any:
-        """Send one IfrtRequest with these fields (a fresh op_id) and return its answer."""
+    def send_request(self, **fields: Any) -> int:
+        """Send one IfrtRequest with these fields and a fresh op_id, which it returns, without
+        waiting for the answer."""
         self._op += 1
         message = self.m("xla.ifrt.proxy.IfrtRequest")(**fields)
         message.request_metadata.op_id = self._op
         self.send(message.SerializeToString())
+        return self._op
+
+    def array_request(self, device: int, buffer: int, array: int,
+                      shape: tuple[int, ...] = (4,)) -> dict:
+        """The fields of a MakeArrayFromHostBufferRequest: float32[shape] on `device`, from
+        host buffer `buffer`, as array handle `array`."""
+        from jax_ipu.remote.ifrt import Codec
+
+        codec = Codec(self.schema)
+        return dict(dtype=codec.dtype_proto(np.dtype(np.float32)), shape=codec.shape_proto(shape),
+                    sharding=codec.single_device_sharding(device, None),
+                    host_buffer_handle=buffer, array_handle=array)
+
+    def request(self, timeout: float = 30.0, **fields: Any) -> Any:
+        """Send one IfrtRequest with these fields (a fresh op_id) and return its answer."""
+        op_id = self.send_request(**fields)
         answer = self.receive(timeout)
         assert not isinstance(answer, Exception) and answer is not None, answer
-        assert answer.response_metadata.op_id == self._op, answer
+        assert answer.response_metadata.op_id == op_id, answer
         return answer
 
     def unary(self, method: str, data: bytes, metadata: tuple = (), timeout: float = 30.0

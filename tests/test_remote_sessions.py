@@ -145,10 +145,7 @@ def _put(raw: RawSession, device: int, handle: int, data: bytes | None = None,
     """A MakeArrayFromHostBufferRequest (as a dict) for float32[shape] on `device`."""
     data = np.arange(np.prod(shape), dtype=np.float32).tobytes() if data is None else data
     raw.store(handle + 1_000_000, data)
-    codec = _codec(raw)
-    return dict(dtype=codec.dtype_proto(np.dtype(np.float32)), shape=codec.shape_proto(shape),
-                sharding=codec.single_device_sharding(device, None),
-                host_buffer_handle=handle + 1_000_000, array_handle=handle)
+    return raw.array_request(device, handle + 1_000_000, handle, shape)
 
 
 def _codec(raw: RawSession):  # noqa: ANN202
@@ -158,16 +155,13 @@ def _codec(raw: RawSession):  # noqa: ANN202
 
 
 def test_a_client_gone_while_a_request_waits_for_its_host_buffer(server: Server) -> None:
-    # The request names a host buffer that never comes: it waits, holding its thread, until the
-    # client goes; then the wait ends, the session closes and the server goes on serving.
+    # The request names a host buffer that never comes: it waits (on a thread of its own) until
+    # the client goes; then the wait ends, the session closes and the server goes on serving.
     before = len(_closed_sessions(server))
     raw = RawSession(server.address, devices=1)
     own = raw.init.init_response.all_devices[0].id
-    codec = _codec(raw)
-    request = raw.m("xla.ifrt.proxy.IfrtRequest")(make_array_from_host_buffer_request=dict(
-        dtype=codec.dtype_proto(np.dtype(np.float32)), shape=codec.shape_proto((4,)),
-        sharding=codec.single_device_sharding(own, None), host_buffer_handle=777_777,
-        array_handle=7))
+    request = raw.m("xla.ifrt.proxy.IfrtRequest")(
+        make_array_from_host_buffer_request=raw.array_request(own, 777_777, 7))
     request.request_metadata.op_id = 99
     raw.send(request.SerializeToString())
     with pytest.raises(AssertionError, match="no answer in 2 s"):
@@ -180,6 +174,8 @@ def test_a_client_gone_while_a_request_waits_for_its_host_buffer(server: Server)
         assert answer.response_metadata.status.code == CODES["OK"], answer
     finally:
         fresh.close()
+    # closed before the next test counts the closed sessions
+    wait_for(lambda: len(_closed_sessions(server)) > before + 1, what="the fresh session to close")
 
 
 def test_a_closed_or_killed_client_frees_everything(server: Server) -> None:
@@ -230,9 +226,8 @@ def _fuzz(raw: RawSession, count: int, rng: np.random.Generator) -> Iterator[byt
     Request = m("xla.ifrt.proxy.IfrtRequest")
     f32 = codec.dtype_proto(np.dtype(np.float32))
     own = raw.init.init_response.all_devices[0].id
-    valid = Request(make_array_from_host_buffer_request=dict(
-        dtype=f32, shape=codec.shape_proto((4,)), sharding=codec.single_device_sharding(own, None),
-        host_buffer_handle=77, array_handle=9)).SerializeToString()
+    valid = Request(make_array_from_host_buffer_request=raw.array_request(own, 77, 9)
+                    ).SerializeToString()
     hostile_shardings = [
         m("xla.ifrt.ShardingProto")(serialized_sharding=dict(type_name=name, data=data))
         for name, data in [("builtins.eval", b"__import__('os').system('true')"),

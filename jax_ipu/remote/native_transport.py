@@ -1,5 +1,6 @@
 """The server's calls carried by gRPC's C++ core (native/transport.cc), built here on first use
-with the system's C++ compiler and gRPC C++ library, and cached sealed like vertex builds."""
+with the system's C++ compiler and gRPC C++ library, and cached sealed like vertex builds;
+requests that may wait are answered on worker threads, never on the transport's one thread."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +36,7 @@ COMPILE_TIMEOUT_S = 600
 INSTALL = ("install gRPC's C++ library and headers and pkg-config (Debian/Ubuntu: apt-get "
            "install libgrpc++-dev pkg-config g++; `make test` does), or serve with "
            "--transport grpcio")
+DEFERRED = -1  # transport.cc's kDeferred: the answer comes later, through a Reply
 _lock = threading.Lock()
 _module: ModuleType | None = None
 
@@ -133,14 +137,54 @@ def _answer(work: Any) -> tuple[int, str | None, Any]:
         return CODES[status.code], status.message, None
 
 
-class _Session:
-    """A SessionStream (server.py) as transport.cc calls it."""
+class _Workers:
+    """Threads that answer deferred requests: each job gets an idle thread or a new one, so no
+    job waits behind another (a session defers one request at a time, so there are never more
+    threads than sessions at once). Daemon threads: a job still waiting when the interpreter
+    exits without stopping the server must not hold its exit."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._count = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._count += 1
+                threading.Thread(target=self._work, name=f"ipu-remote-worker-{self._count}",
+                                 daemon=True).start()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+class _Session:
+    """A SessionStream (server.py) as transport.cc calls it: a request that may wait is handed
+    to a worker, and answered from there."""
+
+    def __init__(self, stream: Any, workers: _Workers) -> None:
         self._stream = stream
+        self._workers = workers
 
     def message(self, data: bytes) -> tuple[int, str | None, Any]:
-        return _answer(lambda: self._stream.message(data))
+        later: list[Callable[[], Any]] = []
+        answer = _answer(lambda: self._stream.message(data, later.append))
+        if not later or answer[0] != 0:
+            return answer
+        work = later[0]
+
+        def submit(reply: Callable[[tuple[int, str | None, Any]], None]) -> None:
+            self._workers.submit(lambda: reply(_answer(work)))
+
+        return DEFERRED, None, submit
 
     def cancelled(self) -> None:
         self._stream.cancelled()
@@ -155,9 +199,10 @@ class _Service:
 
     def __init__(self, service: Any) -> None:
         self._service = service
+        self._workers = _Workers()
 
     def session(self, metadata: dict[str, bytes]) -> tuple[int, str | None, Any]:
-        return _answer(lambda: _Session(self._service.session_stream(metadata)))
+        return _answer(lambda: _Session(self._service.session_stream(metadata), self._workers))
 
     def store(self, metadata: dict[str, bytes]) -> tuple[int, str | None, Any]:
         def open_target() -> tuple[int, Any]:
@@ -179,9 +224,9 @@ class NativeTransport:
 
     name = "native"
 
-    def __init__(self, service: Any, address: str, threads: int) -> None:
+    def __init__(self, service: Any, address: str) -> None:
         native = module()
-        self._handle = native.start(_Service(service), address, threads, CHUNK)  # OSError
+        self._handle = native.start(_Service(service), address, CHUNK)  # OSError
         self._native = native
         self.port = native.port(self._handle)
         self._stopped = threading.Event()

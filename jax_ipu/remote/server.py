@@ -27,7 +27,7 @@ from jax_ipu.remote.backend import Backend
 from jax_ipu.remote.client import DEVICES_KEY, SHARED_DIR_KEY, TOKEN_KEY
 from jax_ipu.remote.hostbuffers import HostBufferError
 from jax_ipu.remote.ifrt import Codec
-from jax_ipu.remote.session import CODES, Session, Status, status_of
+from jax_ipu.remote.session import CODES, Defer, Session, Status, status_of
 from jax_ipu.remote.shareddir import SharedDir
 
 logger = logging.getLogger(__name__)
@@ -139,10 +139,11 @@ class IfrtProxyServer:
     # ---- lifetime ----
     def start(self) -> int:
         """Bind and serve; the port bound (useful with port 0)."""
-        # Enough threads that sessions whose requests wait on a host buffer (each holds one
-        # meanwhile) never hold them all. grpcio gives a call in progress a thread and refuses
-        # calls past that at once (RESOURCE_EXHAUSTED), never queueing them behind calls that
-        # may wait long; the C++ transport runs every call on a pool of this size.
+        # grpcio's transport gives a call in progress a thread and refuses calls past its
+        # limit at once (RESOURCE_EXHAUSTED), never queueing them behind calls that may wait
+        # long: enough threads that sessions whose requests wait on a host buffer (each holds
+        # one meanwhile) never hold them all. The C++ transport hands such requests to threads
+        # of their own (defer in SessionStream.message).
         threads = 2 * self.max_sessions + 8
         self._transport = transports.start(self.transport, self, self.host, self.port, threads)
         self.port = self._transport.port
@@ -361,10 +362,15 @@ class SessionStream:
         self._session: Session | None = None
         self._session_id = 0
 
-    def message(self, data: bytes) -> tuple[bytes, bool]:
-        """The answer to one request, and False once the stream is to end (a refusal)."""
+    def message(self, data: bytes, defer: Defer | None = None) -> tuple[bytes, bool] | None:
+        """The answer to one request, and False once the stream is to end (a refusal). Given
+        `defer`, a request that may wait is not answered here: defer(work) gets a function that
+        answers it (on a thread that may wait), and this returns None."""
         if self._session is not None:
-            return self._session.handle(data), True
+            if defer is None:
+                return self._session.handle(data), True
+            answer = self._session.handle(data, lambda work: defer(lambda: (work(), True)))
+            return None if answer is None else (answer, True)
         server = self._server
         request = server._IfrtRequest()
         try:

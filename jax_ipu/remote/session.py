@@ -4,7 +4,8 @@ IfrtRequest, in order.
 Every request gets exactly one IfrtResponse: its result, or a StatusProto with the error's code
 (the local plugin's INVALID_ARGUMENT or RESOURCE_EXHAUSTED stay what they are). A request that
 waits (for a value being computed, a host buffer on its way) waits in line: what it waits for
-never depends on a later request of the session, since host callbacks are refused."""
+never depends on a later request of the session, since host callbacks are refused. A transport
+that must not wait (the C++ one) is told which requests may, and answers those elsewhere."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from jax_ipu.remote.schema import Schema
 from jax_ipu.remote.shareddir import SharedDir
 
 logger = logging.getLogger(__name__)
+
+# Hands a function that answers a request to a thread that may wait for it.
+Defer = Callable[[Callable[[], Any]], None]
 
 # Handles the server makes start here; the client's own stay below (the protocol's split).
 SERVER_HANDLES = 1 << 63
@@ -76,8 +80,9 @@ def status_of(exc: BaseException) -> Status:
 
 
 class Session:
-    """The state of one IfrtSession stream and its handlers, one per request type. Used by
-    its stream's thread alone; its host buffers are shared with the HostBufferStore calls."""
+    """The state of one IfrtSession stream and its handlers, one per request type. Used by one
+    request at a time (on the transport's thread, or on a worker for a request that may wait);
+    its host buffers are shared with the HostBufferStore calls."""
 
     def __init__(self, schema: Schema, backend: Backend, session_id: int,
                  device_ids: Sequence[int], shared_dir: SharedDir | None = None) -> None:
@@ -102,8 +107,10 @@ class Session:
         self.Response = self.m("xla.ifrt.proxy.IfrtResponse")
 
     # ---- the stream ----
-    def handle(self, data: bytes) -> bytes:
-        """The answer to one serialized IfrtRequest."""
+    def handle(self, data: bytes, defer: Defer | None = None) -> bytes | None:
+        """The answer to one serialized IfrtRequest. Given `defer`, a request that may wait
+        (_may_wait) is not answered here: defer(work) gets a function that answers it, and this
+        returns None."""
         request = self.Request()
         try:
             request.ParseFromString(data)
@@ -115,6 +122,12 @@ class Session:
         if which is None:
             return self._answer(op_id, None, Status("INVALID_ARGUMENT",
                                                     "the request names no operation"))
+        if defer is not None and self._may_wait(which, getattr(request, which)):
+            defer(lambda: self._run(op_id, which, request))
+            return None
+        return self._run(op_id, which, request)
+
+    def _run(self, op_id: int, which: str, request: Any) -> bytes:
         handler = _HANDLERS.get(which)
         field = which[:-len("_request")] + "_response"
         try:
@@ -128,6 +141,38 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - every failure is an answer
             result = status_of(exc)
         return self._answer(op_id, field, result)
+
+    def _may_wait(self, which: str, req: Any) -> bool:
+        """Whether answering `req` may wait: for the compiler (or the model's reports), a value
+        being computed, or a host buffer still on its way. Anything else is answered at once
+        (an execute only starts its computation; an unknown handle is an error answer)."""
+        if which in _SLOW:
+            return True
+        if which == "make_array_from_host_buffer_request":
+            return self.host_buffers.peek(req.host_buffer_handle) is None
+        if which == "make_arrays_from_host_buffer_shards_request":
+            return any(self.host_buffers.peek(buffer.host_buffer_handle) is None
+                       for spec in req.specs for buffer in spec.host_buffers)
+        if which == "check_value_ready_request":
+            return not self._ready(self.arrays.get(h) for h in req.value_handles)
+        if which == "copy_to_host_buffer_request":
+            return not self._ready([self.arrays.get(req.array_handle)])
+        if which == "loaded_executable_fetch_execute_result_request":
+            result = self.results.get(req.result_status_handle)
+            return isinstance(result, list) and not self._ready(result)
+        return False
+
+    @staticmethod
+    def _ready(arrays: Iterable[Any]) -> bool:
+        """Whether every array is computed (an unknown or failed one is: its error answers)."""
+        for array in arrays:
+            if array is not None and not isinstance(array, Status):
+                try:
+                    if not array.is_ready():
+                        return False
+                except RuntimeError:  # deleted: the handler says so
+                    pass
+        return True
 
     def init_response(self, op_id: int, platform_version: str) -> bytes:
         """The answer to the session's first request, InitRequest."""
@@ -605,6 +650,10 @@ def _op_id_of(data: bytes) -> int:
         return 0
     return int.from_bytes(op_id, "little") if len(op_id) == 8 else 0
 
+
+# Requests that may run long (the compiler, the model's reports): never on a transport's thread.
+_SLOW = frozenset({"compile_request", "loaded_executable_cost_analysis_request",
+                   "loaded_executable_human_readable_program_text_request"})
 
 # Requests a draining session still answers: questions about the devices, whose error jaxlib's
 # client does not handle (it aborts the process).

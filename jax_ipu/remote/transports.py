@@ -41,7 +41,7 @@ def start(name: str, service: Any, host: str, port: int, threads: int) -> Transp
             from jax_ipu.remote import native_transport
 
             try:
-                return native_transport.NativeTransport(service, address, threads)
+                return native_transport.NativeTransport(service, address)
             except native_transport.NativeTransportUnavailable as exc:
                 if name == "native":
                     raise TransportError(str(exc)) from None

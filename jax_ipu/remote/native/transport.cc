@@ -5,6 +5,14 @@
 // read-back is some 14 of them (ipu/docs/remote.md). Here a message costs what gRPC's C++ core
 // costs, plus one GIL acquisition for the service's Python handler.
 //
+// One thread serves the completion queue. With several, gRPC hands its poller role to another
+// thread after every event (a futex wake and a switch each time): measured on a call plus
+// read-back, 0.61-0.66 ms of server CPU with 24 threads, 0.42-0.43 ms with one. So the thread
+// must never wait: a session request that may (for a host buffer on its way, a value being
+// computed, the compiler) is deferred by its Python handler, which answers it later from a
+// thread of its own through a Reply; the stream reads its next request only after that answer,
+// so a session's requests stay in order.
+//
 // The Python side (jax_ipu/remote/native_transport.py) hands start() a service object whose
 // methods answer calls; each returns (code, message, payload): code 0 and the payload, or a gRPC
 // status code and its message. Calls are told apart by method: IfrtSession (a stream of
@@ -19,6 +27,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -42,10 +51,16 @@ class Gil {
   PyGILState_STATE state_;
 };
 
-// What a Python handler answered: a status, and its payload (a new reference) when OK.
+// A session handler's code for "answered later": its payload is submit(reply), which hands the
+// request to a thread that calls reply((code, message, payload)) once.
+constexpr long kDeferred = -1;
+
+// What a Python handler answered: a status, and its payload (a new reference) when OK or
+// deferred.
 struct Answer {
   grpc::Status status;
   PyObject* payload = nullptr;
+  bool deferred = false;
 };
 
 std::string PythonErrorText() {
@@ -79,9 +94,10 @@ Answer Unpack(PyObject* result) {
   PyObject* payload = nullptr;
   if (!PyArg_ParseTuple(result, "lOO", &code, &message, &payload)) {
     answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
-  } else if (code == 0) {
+  } else if (code == 0 || code == kDeferred) {
     Py_INCREF(payload);
     answer.payload = payload;
+    answer.deferred = code == kDeferred;
   } else {
     const char* text = PyUnicode_Check(message) ? PyUnicode_AsUTF8(message) : nullptr;
     if (text == nullptr) PyErr_Clear();
@@ -124,6 +140,9 @@ class Call {
   explicit Call(Transport* transport);
   ~Call();
 
+  // A deferred session request's answer (from its Reply; the GIL is held).
+  void Deferred(Answer answer);
+
  private:
   enum class Kind { kUnary, kSession, kStore, kLookup };
   struct Op {
@@ -142,8 +161,12 @@ class Call {
   bool StartRead();
   bool StartWrite(grpc::ByteBuffer buffer);
   void StartFinish(const grpc::Status& status, const grpc::ByteBuffer* last);
+  void Release();
   PyObject* Metadata();
   void EndSession(const char* reason);
+  void SessionPayload(Answer& answer, std::string* out);
+  void SendSession(const Answer& answer, const std::string& out);
+  void Defer(PyObject* submit);
   void StoreChunk();
   void WriteLookup();
 
@@ -183,12 +206,26 @@ class Transport {
   grpc::AsyncGenericService generic;
   std::unique_ptr<grpc::ServerCompletionQueue> queue;
   std::unique_ptr<grpc::Server> server;
-  std::vector<std::thread> threads;
+  std::thread thread;  // the one that serves the queue
   int port = 0;
   // Ops are started only while the queue is open; closing it takes this lock.
   std::mutex issue;
   bool closed = false;
   bool stopped = false;  // stop() called (under the GIL)
+  // Deferred requests not answered yet: a Reply holds its call, and so this transport.
+  std::mutex deferring;
+  std::condition_variable answered;
+  int deferred = 0;
+
+  void Deferring() {
+    std::lock_guard<std::mutex> lock(deferring);
+    ++deferred;
+  }
+
+  void Undeferred() {
+    std::lock_guard<std::mutex> lock(deferring);
+    if (--deferred == 0) answered.notify_all();
+  }
 
   void Loop() {
     // One Python thread state for the thread's life: each message's Gil then reuses it, where
@@ -239,6 +276,10 @@ Call::~Call() {
 
 void Call::Run(Op* op, bool ok) {
   (this->*(op->step))(ok);
+  Release();
+}
+
+void Call::Release() {
   if (--pending_ == 0) delete this;
 }
 
@@ -373,27 +414,14 @@ void Call::ReadDone(bool ok) {
         PyObject* data = Bytes(in_);
         answer = Unpack(data == nullptr ? nullptr
                                       : PyObject_CallMethod(session_, "message", "N", data));
-        if (answer.status.ok()) {
-          char* bytes = nullptr;
-          Py_ssize_t size = 0;
-          int go_on = 0;
-          PyObject* reply = nullptr;
-          if (PyArg_ParseTuple(answer.payload, "Op", &reply, &go_on) &&
-              PyBytes_AsStringAndSize(reply, &bytes, &size) == 0) {
-            out.assign(bytes, static_cast<size_t>(size));
-            go_on_ = go_on != 0;
-          } else {
-            answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
-          }
+        if (answer.deferred) {
+          Defer(answer.payload);
           Py_CLEAR(answer.payload);
+          return;
         }
+        SessionPayload(answer, &out);
       }
-      if (!answer.status.ok()) {
-        EndSession(answer.status.error_message().c_str());
-        StartFinish(answer.status, nullptr);
-        return;
-      }
-      StartWrite(Buffer(out.data(), out.size()));
+      SendSession(answer, out);
       return;
     }
     case Kind::kStore:
@@ -460,6 +488,134 @@ void Call::ReadDone(bool ok) {
     }
   }
 }
+
+// A session handler's payload, (reply bytes, go on), into `out` and go_on_; the GIL is held.
+void Call::SessionPayload(Answer& answer, std::string* out) {
+  if (!answer.status.ok()) return;
+  char* bytes = nullptr;
+  Py_ssize_t size = 0;
+  int go_on = 0;
+  PyObject* reply = nullptr;
+  if (PyArg_ParseTuple(answer.payload, "Op", &reply, &go_on) &&
+      PyBytes_AsStringAndSize(reply, &bytes, &size) == 0) {
+    out->assign(bytes, static_cast<size_t>(size));
+    go_on_ = go_on != 0;
+  } else {
+    answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
+  }
+  Py_CLEAR(answer.payload);
+}
+
+void Call::SendSession(const Answer& answer, const std::string& out) {
+  if (!answer.status.ok()) {
+    EndSession(answer.status.error_message().c_str());
+    StartFinish(answer.status, nullptr);
+    return;
+  }
+  StartWrite(Buffer(out.data(), out.size()));
+}
+
+PyObject* NewReply(Call* call);
+void Answered(PyObject* reply, Answer answer);
+
+// Hands a session request to submit(reply); the call lives until the reply. The GIL is held.
+void Call::Defer(PyObject* submit) {
+  ++pending_;
+  transport_->Deferring();
+  PyObject* reply = NewReply(this);
+  if (reply == nullptr) {
+    Answer failed;
+    failed.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
+    Deferred(std::move(failed));
+    return;
+  }
+  PyObject* r = PyObject_CallFunctionObjArgs(submit, reply, nullptr);
+  if (r == nullptr) {
+    Answer failed;
+    failed.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
+    Answered(reply, std::move(failed));
+  }
+  Py_XDECREF(r);
+  Py_DECREF(reply);
+}
+
+void Call::Deferred(Answer answer) {
+  std::string out;
+  SessionPayload(answer, &out);
+  SendSession(answer, out);
+  Transport* transport = transport_;
+  Release();  // before the transport may be shut down: the call belongs to its server
+  transport->Undeferred();
+}
+
+// ---- Reply: a deferred request's answer, called once from any Python thread ----
+
+struct Reply {
+  PyObject_HEAD
+  Call* call;  // null once answered
+};
+
+PyTypeObject* reply_type = nullptr;
+
+PyObject* NewReply(Call* call) {
+  auto* reply = PyObject_New(Reply, reply_type);
+  if (reply != nullptr) reply->call = call;
+  return reinterpret_cast<PyObject*>(reply);
+}
+
+// The first answer given to `reply` goes to its call; later ones are ignored.
+void Answered(PyObject* reply, Answer answer) {
+  auto* r = reinterpret_cast<Reply*>(reply);
+  Call* call = r->call;
+  r->call = nullptr;
+  if (call != nullptr) {
+    call->Deferred(std::move(answer));
+  } else {
+    Py_CLEAR(answer.payload);
+  }
+}
+
+PyObject* ReplyCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  PyObject* result;
+  if (kwargs != nullptr || !PyArg_ParseTuple(args, "O", &result)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "reply((code, message, payload))");
+    return nullptr;
+  }
+  if (reinterpret_cast<Reply*>(self)->call == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "this request was answered already");
+    return nullptr;
+  }
+  Py_INCREF(result);
+  Answer answer = Unpack(result);
+  if (answer.deferred) {  // not an answer: the session's handler deferred twice
+    Py_CLEAR(answer.payload);
+    answer.deferred = false;
+    answer.status = grpc::Status(grpc::StatusCode::INTERNAL, "a deferred request deferred again");
+  }
+  Answered(self, std::move(answer));
+  Py_RETURN_NONE;
+}
+
+// A reply dropped unanswered (its thread failed before answering) still answers its call.
+void ReplyDealloc(PyObject* self) {
+  Answer answer;
+  answer.status = grpc::Status(grpc::StatusCode::INTERNAL,
+                               "jax-ipu server internal error: a request's answer was dropped");
+  Answered(self, std::move(answer));
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyType_Slot kReplySlots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(ReplyCall)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(ReplyDealloc)},
+    {Py_tp_doc, const_cast<char*>("reply((code, message, payload)): a deferred request's answer")},
+    {0, nullptr},
+};
+
+PyType_Spec kReplySpec = {"jax_ipu.remote._transport.Reply", sizeof(Reply), 0,
+                          Py_TPFLAGS_DEFAULT, kReplySlots};
 
 // Copies the data fields (number 1) of one GrpcHostBufferStoreRequest into the bytearray.
 void Call::StoreChunk() {
@@ -605,8 +761,11 @@ void Shutdown(Transport* t, double grace) {
     t->closed = true;
     t->queue->Shutdown();
   }
-  for (auto& thread : t->threads) thread.join();
-  t->threads.clear();
+  if (t->thread.joinable()) t->thread.join();
+  {  // a deferred request's thread may still be at work: its answer goes nowhere now
+    std::unique_lock<std::mutex> lock(t->deferring);
+    t->answered.wait(lock, [t] { return t->deferred == 0; });
+  }
   t->server.reset();
 }
 
@@ -623,11 +782,10 @@ void Release(PyObject* capsule) {
 PyObject* Start(PyObject*, PyObject* args) {
   PyObject* service;
   const char* address;
-  int threads;
   Py_ssize_t chunk;
-  if (!PyArg_ParseTuple(args, "Osin", &service, &address, &threads, &chunk)) return nullptr;
-  if (threads < 1 || chunk < 1) {
-    PyErr_SetString(PyExc_ValueError, "threads and chunk must be positive");
+  if (!PyArg_ParseTuple(args, "Osn", &service, &address, &chunk)) return nullptr;
+  if (chunk < 1) {
+    PyErr_SetString(PyExc_ValueError, "chunk must be positive");
     return nullptr;
   }
   auto* t = new Transport();
@@ -658,7 +816,7 @@ PyObject* Start(PyObject*, PyObject* args) {
     return nullptr;
   }
   for (int i = 0; i < kAccepting; ++i) t->Accept();
-  for (int i = 0; i < threads; ++i) t->threads.emplace_back([t] { t->Loop(); });
+  t->thread = std::thread([t] { t->Loop(); });
   PyObject* capsule = PyCapsule_New(t, kCapsule, Release);
   if (capsule == nullptr) {
     Py_BEGIN_ALLOW_THREADS;  // no Python object holds it: stop it here
@@ -696,8 +854,7 @@ PyObject* Stop(PyObject*, PyObject* args) {
 
 PyMethodDef kMethods[] = {
     {"start", Start, METH_VARARGS,
-     "start(service, address, threads, chunk) -> transport: serve `address` on `threads` "
-     "threads"},
+     "start(service, address, chunk) -> transport: serve `address`"},
     {"port", Port, METH_VARARGS, "port(transport) -> the port bound"},
     {"stop", Stop, METH_VARARGS, "stop(transport, grace): cancel what is open after grace s"},
     {nullptr, nullptr, 0, nullptr},
@@ -709,4 +866,10 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_transport",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__transport() { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__transport() {
+  if (reply_type == nullptr) {
+    reply_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kReplySpec));
+    if (reply_type == nullptr) return nullptr;
+  }
+  return PyModule_Create(&kModule);
+}
