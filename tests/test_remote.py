@@ -71,6 +71,26 @@ def test_devices_are_the_servers(client: Client) -> None:
     assert "IpuDevice(id=7, num_tiles=1472, version=ipu2): IPU Model ipu2, 1,472 tiles" in info
 
 
+def test_jaxlibs_flusher_thread_gets_a_millisecond_of_timer_slack(client: Client) -> None:
+    # jaxlib's client wakes a thread every 50 us for its life (18% of a core while idle): the
+    # threads it starts while connecting get 1 ms of slack, the program's own threads keep theirs.
+    slack = client.run("""
+        import os, threading
+        def slack_of(tid):
+            with open(f"/proc/{tid}/timerslack_ns") as f:
+                return int(f.read())
+        later = []
+        t = threading.Thread(target=lambda: later.append(slack_of(threading.get_native_id())))
+        t.start(); t.join()
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        result = [slack_of(os.getpid()), later[0], sorted(slack_of(t) for t in tids)]
+    """)
+    main, later, every = slack
+    assert main == later != 1_000_000  # what the process started with (Linux's default: 50 us)
+    assert every.count(1_000_000) >= 1  # the flusher's thread among them
+    assert set(every) == {main, 1_000_000}
+
+
 def test_device_put_and_read_back(client: Client) -> None:
     """Bytes come back as from a cpu device, for each dtype, a scalar, an empty and a strided
     array (int64 becomes int32 without x64, on both)."""
