@@ -161,7 +161,11 @@ class _Workers:
 
     def _work(self) -> None:
         while True:
-            self._jobs.get()()
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # a job answers its own errors: this is the transport's
+                logger.exception("jax-ipu server: a deferred request's answer failed")
             with self._lock:
                 self._idle += 1
 
