@@ -34,7 +34,8 @@ def check(name: str) -> str:
 
 def start(name: str, service: Any, host: str, port: int, threads: int) -> Transport:
     """A started transport serving `service` on host:port. "auto": the C++ transport, or
-    grpcio's when the C++ one cannot be built (logged, with the reason)."""
+    grpcio's when the C++ one cannot be built (logged, with the reason). `threads` sizes
+    grpcio's pool; the C++ transport serves on one thread and defers what may wait."""
     address = f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if check(name) != "grpcio":
