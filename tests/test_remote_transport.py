@@ -138,6 +138,8 @@ def test_stop_waits_for_a_reply_still_owed_and_the_late_reply_is_harmless() -> N
                               daemon=True)
     client.start()
     reply = owed.get(timeout=10)
+    with pytest.raises(TypeError, match="cannot create"):
+        type(reply)()  # only the transport makes replies
     replying: list[float] = []
 
     def late() -> None:

@@ -614,8 +614,9 @@ PyType_Slot kReplySlots[] = {
     {0, nullptr},
 };
 
+// Made only by the transport (Py_TPFLAGS_DISALLOW_INSTANTIATION: Python >= 3.10).
 PyType_Spec kReplySpec = {"jax_ipu.remote._transport.Reply", sizeof(Reply), 0,
-                          Py_TPFLAGS_DEFAULT, kReplySlots};
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kReplySlots};
 
 // Copies the data fields (number 1) of one GrpcHostBufferStoreRequest into the bytearray.
 void Call::StoreChunk() {
