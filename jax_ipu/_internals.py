@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -181,6 +182,9 @@ _tree_util = _module("jax._src.tree_util")
 MeshExecutableFastpathData = _attr(_pxla, "MeshExecutableFastpathData")
 JitGlobalCppCacheKeys = _attr(_pxla, "JitGlobalCppCacheKeys")
 cc_shard_arg = _attr(_pxla, "cc_shard_arg", ("x", "sharding", "layout"))
+# jax's one Python path from host values to devices: device_put, jit's, pmap's and eager ops'
+# numpy arguments and make_array_from_callback all call it through the module.
+_attr(_pxla, "batched_device_put", ("aval", "sharding", "xs", "devices"))
 dispatch_registry = _attr(_tree_util, "dispatch_registry")
 
 # ---- jaxlib: the private XLA:CPU client that runs the numerics -------------------------------
@@ -212,6 +216,16 @@ _sharding_impls = _module("jax._src.sharding_impls")
 GSPMDSharding = _attr(_sharding_impls, "GSPMDSharding")
 _to_hlo = _attr(_sharding_impls, "GSPMDSharding._to_xla_hlo_sharding", ("num_dimensions",))
 OpSharding = _attr(_xla_client, "OpSharding")
+
+
+def wrap_batched_device_put(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Have every host-to-device transfer jax makes go through wrap(jax's own) (once)."""
+    original = _pxla.batched_device_put
+    if getattr(original, "_jax_ipu_wrapped", False):
+        return
+    wrapped = wrap(original)
+    wrapped._jax_ipu_wrapped = True  # type: ignore[attr-defined]
+    _pxla.batched_device_put = wrapped
 
 
 def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:

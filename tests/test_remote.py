@@ -118,6 +118,85 @@ def test_device_put_and_read_back(client: Client) -> None:
     assert back["u8"][2] == bytes(range(256)).hex()
 
 
+def test_host_arrays_in_layouts_jaxlibs_client_refuses_arrive_as_on_cpu(client: Client) -> None:
+    """numpy arrays laid out as jaxlib's proxy client will not send (a zero stride, a negative
+    one, a stride that is not a multiple of the item size) reach the server by every way in:
+    device_put, jnp.asarray and a jit argument, an eager op, pmap, a sharded put and
+    make_array_from_callback, each equal to cpu (without jax_ipu's client each is UNIMPLEMENTED
+    in jaxlib, see test_a_client_without_jax_ipu)."""
+    got = client.run("""
+        base = np.arange(48, dtype=np.float32).reshape(6, 8)
+        record = np.zeros(6, dtype=[("a", np.float32), ("b", np.uint8)])  # 5-byte records
+        record["a"] = np.arange(6) * 1.5
+        hosts = {"broadcast": np.broadcast_to(np.arange(8, dtype=np.float32), (6, 8)),
+                 "reversed": base[::-1, ::-2], "field": record["a"]}
+        strides = {name: list(h.strides) for name, h in hosts.items()}
+
+        def on(device, f):
+            with jax.default_device(device):
+                return f()
+
+        def halves(devices):
+            return NamedSharding(Mesh(np.array(devices[:2]), ("x",)), P("x"))
+
+        ways = {
+            "device_put": lambda d, h: jax.device_put(h, d[1]),
+            "asarray and jit": lambda d, h: on(d[0], lambda: jnp.sin(jnp.asarray(h))
+                                                + jax.jit(lambda a: a * 2)(h)),
+            "eager op": lambda d, h: jax.device_put(np.ones(h.shape, h.dtype), d[0]) + h,
+            "pmap": lambda d, h: jax.pmap(lambda a: a * 3, devices=d[:6])(h),
+            "sharded put": lambda d, h: jax.device_put(h, halves(d)),
+            "callback": lambda d, h: jax.make_array_from_callback(h.shape, halves(d),
+                                                                  lambda i: h[i]),
+        }
+        result = [strides, {f"{name} {way}": both(f, h) for name, h in hosts.items()
+                            for way, f in ways.items()}]
+    """)
+    strides, cases = got
+    assert strides == {"broadcast": [0, 4], "reversed": [-32, -8], "field": [5]}
+    assert len(cases) == 18
+    for case, (ipu, cpu) in cases.items():
+        assert ipu == cpu, case
+    assert cases["broadcast device_put"][1] == [list(range(8))] * 6
+    assert cases["field pmap"][1] == [4.5 * i for i in range(6)]
+
+
+def test_which_host_arrays_the_client_lays_out_again() -> None:
+    """jaxlib's rule (ifrt_proxy ArrayMemRegion): each dimension longer than 1 needs a positive
+    stride, a multiple of the item size. Only the remote switch wraps jax's transfers."""
+    from jax._src.interpreters import pxla
+
+    from jax_ipu.remote.client import refused_by_proxy
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    record = np.zeros(4, dtype=[("a", np.float32), ("b", np.uint8)])
+    for sent in (x, x.T, x[:, ::2], x[::-1][:1], np.broadcast_to(x[:, :1], (4, 1)),
+                 np.zeros((0, 3), np.float32)[::-1], np.float32(2), [1.0, 2.0]):
+        assert not refused_by_proxy(sent), sent
+    for laid_out_again in (x[::-1], x[:, ::-3], np.broadcast_to(x[0], (4, 6)), record["a"]):
+        assert refused_by_proxy(laid_out_again), laid_out_again.strides
+    assert not getattr(pxla.batched_device_put, "_jax_ipu_wrapped", False)  # a local run
+
+
+def test_a_host_buffer_is_read_in_the_clients_byte_strides() -> None:
+    from jax_ipu.remote.backend import host_view
+    from jax_ipu.remote.ifrt import ProtocolError
+
+    f32 = np.dtype(np.float32)
+    data = np.arange(12, dtype=np.float32).tobytes()
+    assert host_view(data, f32, (3, 4), [16, 4]).tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert host_view(data, f32, (3, 2), [16, 8]).tolist() == [[0, 2], [4, 6], [8, 10]]
+    assert host_view(data, f32, (4, 3), [4, 16]).tolist() == np.arange(12).reshape(3, 4).T.tolist()
+    # a dimension of length 1 is never stepped along: a record field's 5 bytes are not an error
+    assert host_view(data[:4], f32, (1,), [5]).tolist() == [0.0]
+    assert host_view(data, f32, (1, 3), [5, 16]).tolist() == [[0, 4, 8]]
+    for shape, strides, words in (((3, 4), [-16, 4], "do not fit"), ((3, 4), [16, 2], "do not fit"),
+                                  ((3, 4), [4], "do not fit"), ((4, 2), [16, 8], "too short"),
+                                  ((3, 4), None, r"44 bytes for float32\[3, 4\]")):
+        with pytest.raises(ProtocolError, match=words):
+            host_view(data[:44] if strides is None else data, f32, shape, strides)
+
+
 def test_jit_and_eager_ops_match_cpu(client: Client) -> None:
     got, want = client.run("""
         def f(devices, x):

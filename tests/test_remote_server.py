@@ -202,6 +202,13 @@ def test_a_client_without_jax_ipu(server: Server) -> None:
         "        print(name, type(e).__name__, str(e)[:200].replace(chr(10), ' '))",
         "y = jax.jit(lambda a: a + 1, donate_argnums=0)(x)",
         "print('donated', x.is_deleted())",
+        "row = np.broadcast_to(np.arange(3, dtype=np.float32), (2, 3))",
+        "try:",
+        "    jax.device_put(row, jax.devices('ipu')[0])",
+        "except Exception as e:",
+        "    print('broadcast', type(e).__name__, str(e)[:200])",
+        "dense = jax.device_put(np.ascontiguousarray(row), jax.devices('ipu')[0])",
+        "print('contiguous', np.asarray(dense).tolist())",
     ])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=_base_env(), timeout=180)
@@ -215,6 +222,9 @@ def test_a_client_without_jax_ipu(server: Server) -> None:
     assert re.search(r"qr JaxRuntimeError INVALID_ARGUMENT: .*custom_call @Qr .*no IPU "
                      "implementation", proc.stdout), proc.stdout
     assert "donated False" in proc.stdout and "donated buffers were not usable" in proc.stderr
+    assert "broadcast JaxRuntimeError UNIMPLEMENTED: Negative or zero strides are not fully " \
+        "supported: strides{0,4}" in proc.stdout, proc.stdout
+    assert "contiguous [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]" in proc.stdout
 
 
 def test_ctrl_c_ends_the_server_and_its_sessions(server: Server) -> None:

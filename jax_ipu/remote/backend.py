@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -248,24 +249,39 @@ def memory_ids(device: Any) -> dict[str, int]:
 def host_view(data: bytes | memoryview, dtype: np.dtype, shape: tuple[int, ...],
               byte_strides: Sequence[int] | None) -> np.ndarray:
     """The array a host buffer holds: dense row-major, or with the client's byte strides."""
-    count = int(np.prod(shape, dtype=np.int64))
-    if byte_strides is None:
+    count = math.prod(shape)
+    dense = _dense_strides(shape, dtype)
+    strides = dense
+    if byte_strides is not None and count:
+        if len(byte_strides) != len(shape):
+            raise ProtocolError(f"byte strides {list(byte_strides)} do not fit {dtype.name}"
+                                f"{list(shape)}")
+        # A dimension of length 1 is never stepped along: its stride is whatever the client's
+        # array had (a pmap shard of a record's field: 5 bytes for a float32), so it is not read.
+        strides = tuple(s if n > 1 else d
+                        for n, s, d in zip(shape, byte_strides, dense, strict=True))
+    if strides == dense:  # jax's client sends dense strides with every array
         if len(data) != count * dtype.itemsize:
             raise ProtocolError(f"a host buffer of {len(data)} bytes for {dtype.name}"
                                 f"{list(shape)} ({count * dtype.itemsize} bytes)")
         return np.frombuffer(data, dtype).reshape(shape)
-    strides = tuple(byte_strides)
-    if len(strides) != len(shape) or any(s < 0 or s % dtype.itemsize for s in strides):
+    if any(s < 0 or s % dtype.itemsize for s in strides):
         raise ProtocolError(f"byte strides {list(strides)} do not fit {dtype.name}"
                             f"{list(shape)}")
-    extent = (0 if count == 0 else
-              sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dtype.itemsize)
+    extent = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dtype.itemsize
     if len(data) < extent:
         raise ProtocolError(f"a host buffer of {len(data)} bytes is too short for "
                             f"{dtype.name}{list(shape)} with byte strides {list(strides)}")
     base = np.frombuffer(data, np.uint8, count=extent)
-    return np.lib.stride_tricks.as_strided(base.view(dtype) if extent else
-                                           np.zeros(0, dtype), shape, strides, writeable=False)
+    return np.lib.stride_tricks.as_strided(base.view(dtype), shape, strides, writeable=False)
+
+
+def _dense_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+    strides, step = [], dtype.itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def to_host(array: Any, byte_strides: Sequence[int] | None) -> memoryview:

@@ -10,15 +10,18 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from jax_ipu import config
+import numpy as np
+
+from jax_ipu import _internals, config
 from jax_ipu.errors import IpuConfigError, IpuError
 
 logger = logging.getLogger(__name__)
@@ -162,6 +165,32 @@ def register(platform: str, priority: int) -> None:
 
     address()  # a malformed address is refused now, naming the flag
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
+    _internals.wrap_batched_device_put(functools.partial(_laid_out_for_proxy, platform))
+
+
+def _laid_out_for_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]:
+    """jax's transfer to devices, with each host array jaxlib's proxy client would refuse made
+    C-contiguous first when it goes to `platform` (a local device takes any layout)."""
+
+    @functools.wraps(put)
+    def batched_device_put(aval: Any, sharding: Any, xs: Any, devices: Any, *args: Any,
+                           **kwargs: Any) -> Any:
+        if any(map(refused_by_proxy, xs)) and devices and devices[0].platform == platform:
+            xs = [np.ascontiguousarray(x) if refused_by_proxy(x) else x for x in xs]
+        return put(aval, sharding, xs, devices, *args, **kwargs)
+
+    return batched_device_put
+
+
+def refused_by_proxy(x: Any) -> bool:
+    """Whether jaxlib's proxy client refuses to send host array `x` as it is laid out: it takes
+    only strides that are positive multiples of the item size (on dimensions longer than 1), so
+    np.broadcast_to (stride 0), x[::-1] (negative) or a field of a packed record would fail
+    with UNIMPLEMENTED."""
+    if not isinstance(x, np.ndarray) or x.size == 0:
+        return False
+    return any(n > 1 and (s <= 0 or s % x.itemsize)
+               for n, s in zip(x.shape, x.strides, strict=True))
 
 
 def is_remote(backend: Any) -> bool:
