@@ -328,6 +328,7 @@ def test_an_ipu_without_streaming_memory_refuses_it_clearly():
             print("COMPILE:", e)
     """, env={"JAX_IPU_MODEL_VERSION": "ipu1"})
     assert "PUT:" in proc.stdout and "an ipu1 has no Streaming Memory" in proc.stdout
+    assert "Cannot place a transfer of float32[4] (16 bytes)" in proc.stdout
     assert "COMPILE:" in proc.stdout and "Out of Streaming Memory: program jit__lambda holds " \
         "32 bytes in memory kind pinned_host but an ipu1 has none" in proc.stdout
 

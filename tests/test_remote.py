@@ -178,6 +178,23 @@ def test_which_host_arrays_the_client_lays_out_again() -> None:
     assert not getattr(pxla.batched_device_put, "_jax_ipu_wrapped", False)  # a local run
 
 
+def test_a_sessions_codec_reads_each_sharding_once_and_keeps_a_bounded_number() -> None:
+    from jax_ipu.remote.ifrt import PLACEMENTS_KEPT, Codec, Placement, ProtocolError
+
+    codec = Codec(schema.load())
+    first = codec.sharding(codec.single_device_sharding(3, "pinned_host"))
+    assert first == Placement((3,), "pinned_host", None, None)
+    assert codec.sharding(codec.single_device_sharding(3, "pinned_host")) is first
+    for device in range(PLACEMENTS_KEPT + 50):  # a hostile client cannot grow it
+        codec.sharding(codec.single_device_sharding(device, None))
+    assert codec._placement.cache_info().currsize == PLACEMENTS_KEPT
+    bad = codec.Sharding(serialized_sharding=codec.Serialized(
+        type_name="xla::ifrt::SingleDeviceSharding", data=b"\xff"))
+    for _ in range(2):  # an error is not kept: it is raised again
+        with pytest.raises(ProtocolError, match="the bytes are not a SingleDeviceShardingProto"):
+            codec.sharding(bad)
+
+
 def test_a_host_buffer_is_read_in_the_clients_byte_strides() -> None:
     from jax_ipu.remote.backend import host_view
     from jax_ipu.remote.ifrt import ProtocolError

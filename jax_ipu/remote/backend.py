@@ -33,6 +33,9 @@ NO_TILE_PROGRAMS = (
     "Run tile programs on a local IPU Model (unset JAX_IPU_REMOTE).")
 
 
+SHARDINGS_KEPT = 256  # jax shardings the server keeps built, by placement and shape
+
+
 @functools.lru_cache(maxsize=1024)
 def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return jax.core.ShapedArray(shape, dtype)
@@ -44,6 +47,8 @@ class Backend:
     def __init__(self) -> None:
         self.client = jax.devices("ipu")[0].client
         self.devices = {d.id: d for d in self.client.devices()}
+        # Every put of a training loop names the same sharding: build each jax sharding once.
+        self.sharding = functools.lru_cache(maxsize=SHARDINGS_KEPT)(self._make_sharding)
 
     def device(self, device_id: int) -> Any:
         try:
@@ -52,7 +57,7 @@ class Backend:
             raise ProtocolError(f"no ipu device {device_id} on this server") from None
 
     # ---- shardings ----
-    def sharding(self, placement: Placement, shape: tuple[int, ...]) -> Any:
+    def _make_sharding(self, placement: Placement, shape: tuple[int, ...]) -> Any:
         """The jax sharding of a placement, for an array of global `shape`."""
         devices = [self.device(i) for i in placement.devices]
         kind = placement.memory_kind

@@ -5,6 +5,8 @@ names this server knows, never by importing or running what the name says."""
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,7 @@ CONCRETE_EVEN = "xla::ifrt::ConcreteEvenSharding"
 HLO_SHARDING = "xla::ifrt::HloSharding"
 XLA_PROGRAM = "xla::ifrt::XlaProgram"
 XLA_COMPILE_OPTIONS = "xla::ifrt::XlaCompileOptions"
+PLACEMENTS_KEPT = 256  # shardings a session's codec keeps read (a training loop uses a few)
 
 
 class Codec:
@@ -58,6 +61,8 @@ class Codec:
         self.Hlo = m("xla.ifrt.HloShardingProto")
         self.AttributeMap = m("xla.ifrt.AttributeMapProto")
         self.CompileOptions = m("xla.ifrt.XlaCompileOptionsProto")
+        # A client names the same few shardings in every put and execute: each is read once.
+        self._placement = functools.lru_cache(maxsize=PLACEMENTS_KEPT)(self._read_placement)
         self._kind_names = self.DType.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
 
     # ---- dtype and shape ----
@@ -77,7 +82,7 @@ class Codec:
         dims = tuple(proto.dims)
         if len(dims) > MAX_RANK or any(d < 0 for d in dims):
             raise ProtocolError(f"shape {list(dims)} is not an array shape")
-        if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
+        if math.prod(dims) > MAX_ELEMENTS:
             raise ProtocolError(f"shape {list(dims)} has more elements than any device holds")
         return dims
 
@@ -88,7 +93,9 @@ class Codec:
     def sharding(self, proto: Any) -> Placement:
         """Where an array lives: its devices, memory kind and how it is split over them."""
         serialized = proto.serialized_sharding
-        name, data = serialized.type_name, serialized.data
+        return self._placement(serialized.type_name, serialized.data)
+
+    def _read_placement(self, name: str, data: bytes) -> Placement:
         if name == SINGLE_DEVICE:
             s = _parse(self.SingleDevice, data, name)
             return Placement((s.device_id,), _memory_kind(s), None, None)

@@ -223,7 +223,7 @@ class IpuClient:
     def put(self, host: np.ndarray, memory: IpuMemory) -> Any:
         """Host -> a device's memory: a CPU array with a copy of `host`, which may be a view of
         memory the caller reuses once this returns. Refused when that memory cannot hold it."""
-        _check_room(memory, host.nbytes, f"a transfer of {host.dtype.name}{list(host.shape)}")
+        _check_room(memory, host, "a transfer")
         listener = profile.listening(self.profiler)
         start = time.perf_counter() if listener else 0.0
         array = self._place(host, memory)
@@ -271,7 +271,7 @@ class IpuClient:
                                          start, time.perf_counter(), cycles)
             return self.put(host, dest)
         host = np.asarray(array)
-        _check_room(dest, host.nbytes, f"a copy of {host.dtype.name}{list(host.shape)}")
+        _check_room(dest, host, "a copy")
         moved = move(host.nbytes, source.kind, dest.kind, dest.device.target)
         dest.device.advance("streaming_setup", moved.setup_cycles)
         dest.device.advance("streaming", moved.transfer_cycles)
@@ -282,11 +282,13 @@ class IpuClient:
         return placed
 
 
-def _check_room(memory: IpuMemory, nbytes: int, what: str) -> None:
-    """Refuse, naming the memory, the figures and the fixes, an array its memory cannot hold."""
+def _check_room(memory: IpuMemory, host: np.ndarray, what: str) -> None:
+    """Refuse, naming the memory, the figures and the fixes, an array its memory cannot hold
+    (`what` moves it: "a transfer", "a copy")."""
     free = memory.bytes_free
-    if free is not None and nbytes > free:
-        raise IpuOutOfMemoryError(memory.shortfall(nbytes, what))
+    if free is not None and host.nbytes > free:
+        raise IpuOutOfMemoryError(memory.shortfall(
+            host.nbytes, f"{what} of {host.dtype.name}{list(host.shape)}"))
 
 
 @functools.lru_cache(maxsize=1024)
