@@ -185,6 +185,10 @@ cc_shard_arg = _attr(_pxla, "cc_shard_arg", ("x", "sharding", "layout"))
 # jax's one Python path from host values to devices: device_put, jit's, pmap's and eager ops'
 # numpy arguments and make_array_from_callback all call it through the module.
 _attr(_pxla, "batched_device_put", ("aval", "sharding", "xs", "devices"))
+# How each type of value moves to a sharding (device_put with a sharding), by type; and the
+# function that dispatches a list of values through that table.
+shard_arg_handlers = _attr(_pxla, "shard_arg_handlers")
+shard_args = _attr(_pxla, "shard_args", ("shardings", "layouts", "copy_semantics", "args"))
 dispatch_registry = _attr(_tree_util, "dispatch_registry")
 
 # ---- jaxlib: the private XLA:CPU client that runs the numerics -------------------------------
@@ -218,14 +222,26 @@ _to_hlo = _attr(_sharding_impls, "GSPMDSharding._to_xla_hlo_sharding", ("num_dim
 OpSharding = _attr(_xla_client, "OpSharding")
 
 
-def wrap_batched_device_put(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def wrap_batched_device_put(wrap: Wrap) -> None:
     """Have every host-to-device transfer jax makes go through wrap(jax's own) (once)."""
-    original = _pxla.batched_device_put
+    wrapped = _wrapped_once(_pxla.batched_device_put, wrap)
+    _pxla.batched_device_put = wrapped
+
+
+def wrap_shard_arg_handler(kind: type, wrap: Wrap) -> None:
+    """Have jax move values of type `kind` to shardings with wrap(jax's own handler) (once)."""
+    shard_arg_handlers[kind] = _wrapped_once(shard_arg_handlers[kind], wrap)
+
+
+def _wrapped_once(original: Callable[..., Any], wrap: Wrap) -> Callable[..., Any]:
     if getattr(original, "_jax_ipu_wrapped", False):
-        return
+        return original
     wrapped = wrap(original)
     wrapped._jax_ipu_wrapped = True  # type: ignore[attr-defined]
-    _pxla.batched_device_put = wrapped
+    return wrapped
 
 
 def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:

@@ -161,11 +161,41 @@ def test_host_arrays_in_layouts_jaxlibs_client_refuses_arrive_as_on_cpu(client: 
     assert cases["field pmap"][1] == [4.5 * i for i in range(6)]
 
 
+def test_arrays_move_between_remote_ipus_and_cpus_by_any_sharding(client: Client) -> None:
+    """jaxlib's proxy client copies arrays only among its own devices; as on a local ipu, a
+    device_put to another platform's sharding (or jnp.arange(..., device=cpu) while ipu is the
+    default) goes through the host."""
+    got = client.run("""
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)
+        one = jax.sharding.SingleDeviceSharding
+
+        def halves(devices):
+            return NamedSharding(Mesh(np.array(devices[:2]), ("x",)), P("x"))
+
+        moves = {"ipu to a cpu": (jax.device_put(x, ipus[0]), one(cpus[1])),
+                 "cpu to an ipu": (jax.device_put(x, cpus[0]), one(ipus[1])),
+                 "split ipus to split cpus": (jax.device_put(x, halves(ipus)), halves(cpus)),
+                 "split cpus to split ipus": (jax.device_put(x, halves(cpus)), halves(ipus))}
+        result = {"default": jax.default_backend()}
+        for name, (a, sharding) in moves.items():
+            y = jax.device_put(a, sharding)
+            result[name] = [np.asarray(y).tolist(), y.sharding == sharding, a.is_deleted()]
+        r = jnp.arange(6.0, device=cpus[2])
+        result["arange"] = [np.asarray(r).tolist(), [(d.platform, d.id) for d in r.devices()]]
+    """)
+    assert got.pop("default") == "ipu"
+    assert got.pop("arange") == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [["cpu", 2]]]
+    for name, (values, placed, deleted) in got.items():
+        assert values == np.arange(16).reshape(4, 4).tolist(), name
+        assert placed and not deleted, name
+
+
 def test_which_host_arrays_the_client_lays_out_again() -> None:
     """jaxlib's rule (ifrt_proxy ArrayMemRegion): each dimension longer than 1 needs a positive
     stride, a multiple of the item size. Only the remote switch wraps jax's transfers."""
     from jax._src.interpreters import pxla
 
+    from jax_ipu import _internals
     from jax_ipu.remote.client import refused_by_proxy
 
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
@@ -175,7 +205,9 @@ def test_which_host_arrays_the_client_lays_out_again() -> None:
         assert not refused_by_proxy(sent), sent
     for laid_out_again in (x[::-1], x[:, ::-3], np.broadcast_to(x[0], (4, 6)), record["a"]):
         assert refused_by_proxy(laid_out_again), laid_out_again.strides
-    assert not getattr(pxla.batched_device_put, "_jax_ipu_wrapped", False)  # a local run
+    # a local run: neither of jax's paths is wrapped
+    assert not getattr(pxla.batched_device_put, "_jax_ipu_wrapped", False)
+    assert not getattr(pxla.shard_arg_handlers[_internals.ArrayImpl], "_jax_ipu_wrapped", False)
 
 
 def test_a_sessions_codec_reads_each_sharding_once_and_keeps_a_bounded_number() -> None:

@@ -209,6 +209,11 @@ def test_a_client_without_jax_ipu(server: Server) -> None:
         "    print('broadcast', type(e).__name__, str(e)[:200])",
         "dense = jax.device_put(np.ascontiguousarray(row), jax.devices('ipu')[0])",
         "print('contiguous', np.asarray(dense).tolist())",
+        "try:",
+        "    jax.device_put(dense, jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0]))",
+        "except Exception as e:",
+        "    print('to cpu', type(e).__name__, str(e)[:200])",
+        "print('via host', jax.device_put(np.asarray(dense), jax.devices('cpu')[0]).sum())",
     ])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=_base_env(), timeout=180)
@@ -225,6 +230,9 @@ def test_a_client_without_jax_ipu(server: Server) -> None:
     assert "broadcast JaxRuntimeError UNIMPLEMENTED: Negative or zero strides are not fully " \
         "supported: strides{0,4}" in proc.stdout, proc.stdout
     assert "contiguous [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]" in proc.stdout
+    assert "to cpu JaxRuntimeError INVALID_ARGUMENT: CopyArrays only supports devices that are " \
+        "instances of xla::ifrt::proxy::Device" in proc.stdout, proc.stdout
+    assert "via host 6.0" in proc.stdout
 
 
 def test_ctrl_c_ends_the_server_and_its_sessions(server: Server) -> None:

@@ -166,6 +166,7 @@ def register(platform: str, priority: int) -> None:
     address()  # a malformed address is refused now, naming the flag
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
     _internals.wrap_batched_device_put(functools.partial(_laid_out_for_proxy, platform))
+    _internals.wrap_shard_arg_handler(_internals.ArrayImpl, _through_host_across_clients)
 
 
 def _laid_out_for_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]:
@@ -180,6 +181,29 @@ def _laid_out_for_proxy(platform: str, put: Callable[..., Any]) -> Callable[...,
         return put(aval, sharding, xs, devices, *args, **kwargs)
 
     return batched_device_put
+
+
+def _through_host_across_clients(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """jax's move of Arrays to shardings, with an Array bound from the proxy client's devices to
+    another client's, or back, read to the host and put from there: jaxlib's CopyArrays takes
+    no other client's devices on either side (a local client copies through the host itself)."""
+
+    @functools.wraps(handler)
+    def array_shard_arg(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+        across = [crosses_proxy(x, s) for x, s in zip(xs, shardings, strict=True)]
+        if not any(across):
+            return handler(xs, shardings, layouts, copy_semantics)
+        xs = [np.asarray(x) if a else x for x, a in zip(xs, across, strict=True)]
+        return _internals.shard_args(shardings, layouts, copy_semantics, xs)
+
+    return array_shard_arg
+
+
+def crosses_proxy(array: Any, sharding: Any) -> bool:
+    """Whether moving jax `array` to `sharding` goes between the proxy client and another."""
+    source = next(iter(array.devices())).client
+    target = next(iter(sharding.device_set)).client
+    return source is not target and (is_remote(source) or is_remote(target))
 
 
 def refused_by_proxy(x: Any) -> bool:
