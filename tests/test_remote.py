@@ -246,6 +246,33 @@ def test_a_host_buffer_is_read_in_the_clients_byte_strides() -> None:
             host_view(data[:44] if strides is None else data, f32, shape, strides)
 
 
+def test_jax_export_serializes_and_runs_on_the_remote_ipu(client: Client) -> None:
+    """jax.export reads the default backend's serialize_with_sdy, which jaxlib's client takes
+    from the server's client attributes (no attribute: every export failed, cpu's too)."""
+    got = client.run("""
+        from jax import export
+        x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+        spec = jax.ShapeDtypeStruct((3, 4), np.float32)
+        client = ipus[0].client
+        result = {"attributes": [client.serialize_with_sdy,
+                                 client.supports_executable_serialization]}
+        for platforms in (["ipu"], ["cpu"], ["cpu", "ipu"]):
+            exported = export.export(jax.jit(lambda a: jnp.tanh(a @ a.T) * 2),
+                                     platforms=platforms)(spec)
+            back = export.deserialize(exported.serialize())
+            result["+".join(platforms)] = [
+                np.asarray(back.call(jax.device_put(x, jax.devices(p)[0]))).tolist()
+                for p in platforms]
+    """)
+    assert got.pop("attributes") == [True, False]
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    want = np.tanh(x @ x.T) * 2
+    for platforms, values in got.items():
+        for value in values:
+            np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6, err_msg=platforms)
+    assert got["cpu+ipu"][0] == got["cpu+ipu"][1]
+
+
 def test_jit_and_eager_ops_match_cpu(client: Client) -> None:
     got, want = client.run("""
         def f(devices, x):

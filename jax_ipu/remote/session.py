@@ -38,6 +38,10 @@ CODES = {"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE
          "NOT_FOUND": 5, "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8,
          "FAILED_PRECONDITION": 9, "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12,
          "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
+# What jaxlib's client reports as its backend's attributes (jax reads them by name): programs
+# are serialized with Shardy, as for every PJRT client (jax.export needs it); an executable
+# cannot be serialized through the proxy, so jax's persistent cache leaves it alone.
+CLIENT_ATTRIBUTES = {"serialize_with_sdy": True, "supports_executable_serialization": False}
 NO_HOST_CALLBACKS = (
     "host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
     "jax_ipu.InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model: the IFRT proxy "
@@ -307,7 +311,7 @@ class Session:
                 out.memories.add(id=ids[memory.kind], memory_space_kind=memory.kind,
                                  kind_id=memories[memory.kind], device_ids=[device.id],
                                  debug_string=repr(memory), to_string=str(memory))
-        out.client_attributes.CopyFrom(self.codec.attributes({}))
+        out.client_attributes.CopyFrom(self.codec.attributes(CLIENT_ATTRIBUTES))
 
     # ---- futures and readiness ----
     def _check_future(self, req: Any) -> Any:
