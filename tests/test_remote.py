@@ -273,6 +273,30 @@ def test_jax_export_serializes_and_runs_on_the_remote_ipu(client: Client) -> Non
     assert got["cpu+ipu"][0] == got["cpu+ipu"][1]
 
 
+def test_a_client_with_x64_keeps_its_64_bit_arrays(client: Client) -> None:
+    """The server holds the dtypes each client's jax chose: with jax_enable_x64 an int64 array
+    stays int64 there (it was narrowed to int32, and the next call failed on its size)."""
+    got = client.run("""
+        big = np.array([2**40, -3, 7], np.int64)
+        result = {}
+        with jax.enable_x64(True):
+            for name, host in (("i64", big), ("u64", big.astype(np.uint64) // 2),
+                               ("f64", np.array([1e300, 0.1], np.float64))):
+                x = jax.device_put(host, ipus[2])
+                result[name] = [x.dtype.name, np.asarray(x).tolist(), host.tolist()]
+            add = jax.jit(lambda a: a * 3 + 1)
+            result["jit"] = [np.asarray(add(jax.device_put(big, d[2]))).tolist()
+                             for d in (ipus, cpus)]
+        result["x64 off"] = jax.device_put(big, ipus[2]).dtype.name
+    """)
+    for name in ("i64", "u64", "f64"):
+        dtype, back, sent = got[name]
+        assert dtype == {"i64": "int64", "u64": "uint64", "f64": "float64"}[name]
+        assert back == sent, name
+    assert got["jit"][0] == got["jit"][1] == [3 * 2**40 + 1, -8, 22]
+    assert got["x64 off"] == "int32"
+
+
 def test_jit_and_eager_ops_match_cpu(client: Client) -> None:
     got, want = client.run("""
         def f(devices, x):

@@ -82,8 +82,8 @@ class Backend:
         if len(placement.devices) == 1:
             # One device (jax's client sends even these as an HloSharding): jaxlib's put
             # itself, as jax.device_put ends, without its Python layers (0.1-0.2 ms a call,
-            # paid for every batch a training loop puts). The client sent the dtype jax chose
-            # there, so nothing is canonicalized here.
+            # paid for every batch a training loop puts). The client sent the dtype its jax
+            # chose, which the server keeps (it runs with jax_enable_x64: server.serve).
             return _internals.batched_device_put(_aval(shape, dtype), sharding, [host],
                                                  [self.device(placement.devices[0])], True)
         return jax.device_put(host, sharding)

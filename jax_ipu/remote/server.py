@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jax
+
 from jax_ipu.errors import IpuError
 from jax_ipu.remote import schema as schema_mod
 from jax_ipu.remote import transports
@@ -463,6 +465,9 @@ def serve(host: str, port: int, token: str | None, ready: Any = print,
     """Serve until SIGINT or SIGTERM, then end every session with an error its client sees."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     _limit_arenas()
+    # Each client's jax has chosen its arrays' dtypes (with jax_enable_x64, int64 and float64):
+    # the server holds what it is sent, and must not narrow it to its own default.
+    jax.config.update("jax_enable_x64", True)
     server = IfrtProxyServer(host, port, token, transport=transport)
     bound = server.start()
     stopped = threading.Event()
