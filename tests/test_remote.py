@@ -15,8 +15,10 @@ import pytest
 
 import jax_ipu
 from jax_ipu.compiler.lowering.callbacks import REMOTE
+from jax_ipu.protowire import Message
 from jax_ipu.remote import schema
 from tests._remote import Client, Server
+from tests.test_profile_trace import check_trace_events
 
 REPORTS = {"autoReport.all": "true", "autoReport.directory": "server-reports"}
 
@@ -478,6 +480,40 @@ def test_out_of_memory_names_the_users_line(client: Client, tmp_path: Path) -> N
     assert err.message.startswith("RESOURCE_EXHAUSTED: Out of memory on tile")
     assert "remote_user_model.py:5 (big)" in err.message
     assert "What to try:" in err.message
+
+
+def test_a_client_trace_holds_its_host_and_the_server_timeline_the_ipus(tmp_path: Path) -> None:
+    """The protocol has no profiler calls: jax.profiler.trace in a remote client records the
+    client's host work and no IPU plane (a local run has one, tests/test_profile_trace.py); the
+    IPU lanes are in the server's own timeline when PVTI_OPTIONS is set on the server."""
+    timeline = tmp_path / "server-timeline"
+    srv = Server(tmp_path / "server", devices=1, env={"PVTI_OPTIONS": json.dumps(
+        {"enable": "true", "directory": str(timeline)})})
+    try:
+        traced = Client(srv.address)
+        try:
+            traced.run(f"""
+                import jax, numpy as np
+                x = jax.device_put(np.ones((64, 64), np.float32), jax.devices("ipu")[0])
+                f = jax.jit(lambda a: a @ a)
+                f(x).block_until_ready()
+                with jax.profiler.trace({str(tmp_path / "xprof")!r}):
+                    f(x).block_until_ready()
+                result = None
+            """)
+        finally:
+            traced.close()
+    finally:
+        srv.stop()
+    (xplane,) = (tmp_path / "xprof").glob("plugins/profile/*/*.xplane.pb")
+    planes = [plane.text(2) for plane in Message(xplane.read_bytes()).messages(1)]
+    assert "/host:CPU" in planes and not any("IPU" in name for name in planes), planes
+    (path,) = timeline.glob("host_timeline_*.json")
+    trace = json.loads(path.read_text())
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "thread_name"}
+    busy = {names[e["tid"]] for e in check_trace_events(trace)}  # lanes with events on them
+    assert {"compile", "execute ipu0", "transfers ipu0"} <= busy, busy
 
 
 def test_reports_are_written_on_the_server(server: Server, client: Client) -> None:
