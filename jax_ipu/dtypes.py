@@ -5,6 +5,7 @@ PJRT layer tags buffers with it."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -92,3 +93,13 @@ def numpy_dtype(name: str) -> np.dtype:
         return np.dtype(name)
     except TypeError:
         return np.dtype(getattr(ml_dtypes, name))
+
+
+@functools.lru_cache(maxsize=256)
+def row_major_strides(dims: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a dense row-major array of `dims` items of `itemsize` bytes."""
+    strides, step = [], itemsize
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))

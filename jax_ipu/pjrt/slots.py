@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -303,7 +302,7 @@ def _host_view(data: int, dtype: np.dtype, dims: tuple[int, ...], strides_addr: 
         return np.zeros(dims, dtype)
     if num_strides:
         strides = tuple((ctypes.c_int64 * num_strides).from_address(strides_addr))
-        if strides != _row_major_strides(dims, dtype.itemsize):
+        if strides != dtypes.row_major_strides(dims, dtype.itemsize):
             span = sum((d - 1) * abs(s) for d, s in zip(dims, strides, strict=True)) + \
                 dtype.itemsize
             flat = np.frombuffer(_table.memory(data, span), dtype=np.uint8)
@@ -311,15 +310,6 @@ def _host_view(data: int, dtype: np.dtype, dims: tuple[int, ...], strides_addr: 
                 flat.view(dtype) if span % dtype.itemsize == 0 else flat, shape=dims,
                 strides=strides)
     return np.frombuffer(_table.memory(data, size * dtype.itemsize), dtype=dtype).reshape(dims)
-
-
-@functools.lru_cache(maxsize=256)
-def _row_major_strides(dims: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for d in reversed(dims):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 # ---- devices and their descriptions (a device is its own description) ----

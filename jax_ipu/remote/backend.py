@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from jax_ipu import _internals
+from jax_ipu import _internals, dtypes
 from jax_ipu.compiler import numerics, program
 from jax_ipu.model.report import ProgramReport
 from jax_ipu.remote.client import REPORT_KEY
@@ -255,7 +255,7 @@ def host_view(data: bytes | memoryview, dtype: np.dtype, shape: tuple[int, ...],
               byte_strides: Sequence[int] | None) -> np.ndarray:
     """The array a host buffer holds: dense row-major, or with the client's byte strides."""
     count = math.prod(shape)
-    dense = _dense_strides(shape, dtype)
+    dense = dtypes.row_major_strides(shape, dtype.itemsize)
     strides = dense
     if byte_strides is not None and count:
         if len(byte_strides) != len(shape):
@@ -279,14 +279,6 @@ def host_view(data: bytes | memoryview, dtype: np.dtype, shape: tuple[int, ...],
                             f"{dtype.name}{list(shape)} with byte strides {list(strides)}")
     base = np.frombuffer(data, np.uint8, count=extent)
     return np.lib.stride_tricks.as_strided(base.view(dtype), shape, strides, writeable=False)
-
-
-def _dense_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
-    strides, step = [], dtype.itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 def to_host(array: Any, byte_strides: Sequence[int] | None) -> memoryview:
