@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_ipu import _internals, config
 from jax_ipu.errors import IpuConfigError, IpuError
+from jax_ipu.remote.putwindow import PutWindow
 
 logger = logging.getLogger(__name__)
 
@@ -165,20 +166,26 @@ def register(platform: str, priority: int) -> None:
 
     address()  # a malformed address is refused now, naming the flag
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
-    _internals.wrap_batched_device_put(functools.partial(_laid_out_for_proxy, platform))
+    _internals.wrap_batched_device_put(functools.partial(_sent_to_proxy, platform))
     _internals.wrap_shard_arg_handler(_internals.ArrayImpl, _through_host_across_clients)
 
 
-def _laid_out_for_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]:
-    """jax's transfer to devices, with each host array jaxlib's proxy client would refuse made
-    C-contiguous first when it goes to `platform` (a local device takes any layout)."""
+def _sent_to_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]:
+    """jax's transfer to devices, as jaxlib's proxy client needs it when it goes to `platform`:
+    each host array the client would refuse made C-contiguous first (a local device takes any
+    layout), and at most a window of transfers on their way to the server (putwindow.py)."""
+    window = PutWindow()
 
     @functools.wraps(put)
     def batched_device_put(aval: Any, sharding: Any, xs: Any, devices: Any, *args: Any,
                            **kwargs: Any) -> Any:
-        if any(map(refused_by_proxy, xs)) and devices and devices[0].platform == platform:
+        if not devices or devices[0].platform != platform:
+            return put(aval, sharding, xs, devices, *args, **kwargs)
+        if any(map(refused_by_proxy, xs)):
             xs = [np.ascontiguousarray(x) if refused_by_proxy(x) else x for x in xs]
-        return put(aval, sharding, xs, devices, *args, **kwargs)
+        array = put(aval, sharding, xs, devices, *args, **kwargs)
+        window.sent(array, sum(getattr(x, "nbytes", 0) for x in xs))
+        return array
 
     return batched_device_put
 
