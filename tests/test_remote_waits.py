@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_ipu.remote.session import CODES, Session
-from tests._remote import RawSession, Server
+from jax_ipu.remote.session import CODES, RUNNING_PER_SESSION, Session
+from tests._remote import Client, RawSession, Server
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,33 @@ def test_other_requests_are_answered_at_once(session: Session) -> None:
     assert answer is not None and _status(session, answer, 13) == CODES["OK"]
 
 
+def test_an_execute_waits_off_the_transport_thread_once_16_of_its_sessions_are_running(
+        session: Session) -> None:
+    """XLA:CPU lets 32 computations a device be in flight and makes the caller of the next
+    wait: a session with RUNNING_PER_SESSION computations running defers its next execute (to
+    wait for the oldest), and holds each computation only while it runs."""
+    assert RUNNING_PER_SESSION == 16
+    device = jax.devices("ipu")[0]
+    slow = jax.jit(lambda a: jax.lax.fori_loop(0, 100, lambda i, b: jnp.tanh(b @ a), a))
+    step = jax.jit(lambda a: a + 1)
+    x = jax.device_put(np.full((1024, 1024), 1e-3, np.float32), device)
+    step(slow(x)).block_until_ready()  # compiled
+    chain = [slow(x)]  # about a second of work, then 15 quick steps that wait for it
+    for _ in range(RUNNING_PER_SESSION - 1):
+        chain.append(step(chain[-1]))
+    execute = {"loaded_executable_execute_request": dict(loaded_executable_handle=999)}
+    session.running.extend(chain[:-1])
+    answer, _ = _handle(session, _request(session, 14, **execute))  # 15 running: at once
+    assert answer is not None and _status(session, answer, 14) == CODES["NOT_FOUND"]
+    session.running.append(chain[-1])
+    answer, deferred = _handle(session, _request(session, 15, **execute))
+    assert answer is None and len(session.running) == RUNNING_PER_SESSION
+    assert _status(session, deferred[0](), 15) == CODES["NOT_FOUND"]  # an unknown executable
+    chain[-1].block_until_ready()
+    _handle(session, _request(session, 16, **execute))
+    assert not session.running  # all finished: none held
+
+
 @pytest.fixture(scope="module", params=["native", "grpcio"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[Server]:
@@ -168,6 +195,54 @@ def test_sessions_waiting_for_host_buffers_hold_back_no_other_session(server: Se
     finally:
         for raw in [*waiting, *([other] if other else [])]:
             raw.close()
+
+
+def test_a_sessions_queue_of_computations_holds_back_no_other_session(server: Server) -> None:
+    """A client that queues 300 computations (some 10 ms each) without waiting holds back no
+    other session: a call on another partition returns before the first 50 are done. (XLA:CPU
+    makes the caller of a device's 33rd computation in flight wait; that must not be the
+    transport's thread, which serves every session.)"""
+    busy, other = Client(server.address, devices=1), Client(server.address, devices=1)
+    try:
+        other.run("""
+            import time, jax, numpy as np
+            g = jax.jit(lambda a: a * 2 + 1)
+            y = jax.device_put(np.arange(8, dtype=np.float32), jax.devices("ipu")[0])
+            np.asarray(g(y))
+            result = None
+        """)
+        busy.run("""
+            import threading, time, jax, jax.numpy as jnp, numpy as np
+            f = jax.jit(lambda a: jnp.tanh(a @ a / 1024 + 0.5))
+            x = jax.device_put(np.full((1024, 1024), 0.1, np.float32), jax.devices("ipu")[0])
+            f(x).block_until_ready()  # compiled
+            for i in range(300):
+                x = f(x)
+                if i == 49:
+                    early = x
+            done = []
+            waiter = threading.Thread(
+                target=lambda: done.append((early.block_until_ready(), time.monotonic())[1]))
+            waiter.start()
+            result = None
+        """)
+        returned = other.run("""
+            value = np.asarray(g(y))
+            result = [time.monotonic(), value.tolist()]
+        """)
+        early_done, last = busy.run("""
+            waiter.join(120)
+            result = [done[0], np.asarray(x)[::256, ::256].tolist()]
+        """)
+        assert returned[1] == [2.0 * k + 1 for k in range(8)]
+        assert returned[0] < early_done, "the other session's call waited for this one's queue"
+        want = 0.1  # every element follows v -> tanh(v * v + 0.5)
+        for _ in range(300):
+            want = np.tanh(want * want + 0.5)
+        np.testing.assert_allclose(last, np.full((4, 4), want), rtol=1e-5)
+    finally:
+        busy.close()
+        other.close()
 
 
 def test_sigterm_while_a_request_waits_ends_it_and_the_server_exits(server: Server) -> None:
