@@ -10,37 +10,46 @@ bounded the same way (PJRT clients limit the computations in flight)."""
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
-# Every WAIT_PUTS-th put, or the one that makes WAIT_BYTES bytes since the last wait, returns
-# only once it has landed on the server. The server answers a session's requests in order, so
-# then every put before it has landed too: at most WAIT_PUTS puts, or about WAIT_BYTES bytes,
-# are on their way, and no array is held beyond the put that made it. The wait costs one
-# request (CheckValueReady); a loop with 400 KB puts waits once every 16 puts, for the last
-# one's bytes, while the server still has the computations of the others to run.
-WAIT_PUTS = 16
-WAIT_BYTES = 64 << 20
+# Every MARK_PUTS-th put, or the one that makes MARK_BYTES bytes since the last mark, is a mark.
+# At a mark the client waits until the mark before it has landed, if the program still holds
+# that array (a tree of parameters, say): the puts since stay on their way, so the transfers
+# keep flowing. If the program has let it go (a training loop's batch), it cannot be asked;
+# then every second mark waits for itself. The server answers a session's requests in order,
+# so a landed put means every put before it has landed too: at most 2 * MARK_PUTS puts, or
+# about 2 * MARK_BYTES bytes, are on their way. A wait costs one request (CheckValueReady); no
+# array is held longer than the program holds it.
+MARK_PUTS = 32
+MARK_BYTES = 32 << 20
 
 
 class PutWindow:
-    """Counts one client's puts since the last wait, and makes every few of them wait."""
+    """Counts one client's puts since the last mark, and makes a mark wait when it is due."""
 
-    def __init__(self, puts: int = WAIT_PUTS, nbytes: int = WAIT_BYTES) -> None:
+    def __init__(self, puts: int = MARK_PUTS, nbytes: int = MARK_BYTES) -> None:
         self.puts, self.nbytes = puts, nbytes
         self._lock = threading.Lock()
-        self._puts = self._bytes = 0  # since the last wait
+        self._puts = self._bytes = 0  # since the last mark
+        self._mark: weakref.ref[Any] | None = None  # the last mark, while the program holds it
+        self._unsure = False  # whether the last mark waited for nothing
 
     def sent(self, array: Any, nbytes: int) -> None:
-        """Account for a put just dispatched (a jax Array of `nbytes`); when it is due, return
-        only once it has landed (or failed: its user sees why when using it)."""
+        """Account for a put just dispatched (a jax Array of `nbytes`); at a mark, return only
+        once the mark before it (or, as above, this one) has landed."""
         with self._lock:
             self._puts += 1
             self._bytes += nbytes
-            due = self._puts >= self.puts or self._bytes >= self.nbytes
-            if due:
-                self._puts = self._bytes = 0
-        if due:
+            if self._puts < self.puts and self._bytes < self.nbytes:
+                return
+            self._puts = self._bytes = 0
+            before = self._mark() if self._mark is not None else None
+            wait_for = before if before is not None else array if self._unsure else None
+            self._unsure = wait_for is None
+            self._mark = weakref.ref(array)
+        if wait_for is not None:
             try:
-                array.block_until_ready()
-            except RuntimeError:  # failed, or deleted by another thread: nothing to wait for
+                wait_for.block_until_ready()
+            except RuntimeError:  # failed, or deleted since: nothing to wait for
                 pass
