@@ -231,6 +231,22 @@ def wrap_batched_device_put(wrap: Wrap) -> None:
     _pxla.batched_device_put = wrapped
 
 
+# jax's Array starts a read-back to the host (copy_to_host_async: jax.device_get does it for
+# every leaf first) and finishes it, keeping the bytes on the Array (_value, as np.asarray does).
+_attr(_jax, "ArrayImpl.copy_to_host_async")
+_attr(_jax, "ArrayImpl._value")
+
+
+def wrap_copy_to_host_async(wrap: Wrap) -> None:
+    """Have every read-back jax starts go through wrap(jax's own) (once)."""
+    ArrayImpl.copy_to_host_async = _wrapped_once(ArrayImpl.copy_to_host_async, wrap)
+
+
+def read_back(array: Any) -> Any:
+    """Finish the read-back of a jax Array, keeping its bytes on it; the numpy array."""
+    return array._value
+
+
 def wrap_shard_arg_handler(kind: type, wrap: Wrap) -> None:
     """Have jax move values of type `kind` to shardings with wrap(jax's own handler) (once)."""
     shard_arg_handlers[kind] = _wrapped_once(shard_arg_handlers[kind], wrap)

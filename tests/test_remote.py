@@ -236,11 +236,62 @@ def test_a_loop_that_never_waits_stays_within_the_put_window(client: Client) -> 
     assert grown <= 150, f"the client grew {grown} threads"  # 64 puts on their way at most
 
 
+def test_device_get_of_a_large_tree_stays_within_the_read_window(client: Client) -> None:
+    """jax.device_get starts a read-back of every leaf first, and jaxlib's client runs each on
+    a thread of its own, kept for the process's life: 5,000 leaves made 4,280 threads. The
+    values come back as from cpu, with at most READS_ON_THE_WAY on their way."""
+    got = client.run("""
+        import os
+        def threads():
+            return len(os.listdir(f"/proc/{os.getpid()}/task"))
+        leaves = [np.full((16,), k, np.float32) for k in range(3000)]
+        on_ipu = jax.block_until_ready(jax.device_put(leaves, ipus[1]))
+        start = threads()
+        back = jax.device_get(on_ipu)
+        result = [threads() - start, all(np.array_equal(b, h) for b, h in zip(back, leaves)),
+                  float(np.asarray(on_ipu[-1])[0])]
+    """)
+    grown, equal, last = got
+    assert equal and last == 2999.0
+    assert grown <= 200, f"the client grew {grown} threads"
+
+
+def test_the_read_window_reads_the_oldest_once_too_many_are_on_their_way() -> None:
+    from jax_ipu.remote.inflight import READS_ON_THE_WAY, ReadWindow
+
+    assert READS_ON_THE_WAY == 64
+
+    class Read:  # an Array whose read-back was started: counts the reads that finish it
+        def __init__(self, error: str = "") -> None:
+            self.reads, self.error = 0, error
+
+        @property
+        def _value(self) -> np.ndarray:
+            self.reads += 1
+            if self.error:
+                raise RuntimeError(self.error)
+            return np.zeros(1)
+
+    window = ReadWindow()
+    held = [Read() for _ in range(READS_ON_THE_WAY + 3)]
+    for array in held:
+        window.started(array)
+    assert [a.reads for a in held] == [1, 1, 1] + [0] * READS_ON_THE_WAY
+    for _ in range(READS_ON_THE_WAY):  # the program let these go: nothing to read
+        window.started(Read())
+    assert [a.reads for a in held] == [1, 1, 1] + [1] * READS_ON_THE_WAY
+    window = ReadWindow(limit=1)
+    failed = Read("Array has been deleted.")
+    window.started(failed)
+    window.started(Read())  # reading a deleted one raises nothing
+    assert failed.reads == 1
+
+
 def test_the_put_window_waits_at_each_mark_for_the_mark_before_it() -> None:
-    """The rule (putwindow.py): every MARK_PUTS-th put (or the one making MARK_BYTES) is a mark
+    """The rule (inflight.py): every MARK_PUTS-th put (or the one making MARK_BYTES) is a mark
     and waits for the mark before it while the program holds that array, else every second
     mark waits for itself; a put that failed or was deleted is not waited for with an error."""
-    from jax_ipu.remote.putwindow import MARK_BYTES, MARK_PUTS, PutWindow
+    from jax_ipu.remote.inflight import MARK_BYTES, MARK_PUTS, PutWindow
 
     assert (MARK_PUTS, MARK_BYTES) == (32, 32 << 20)
 

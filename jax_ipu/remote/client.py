@@ -23,7 +23,7 @@ import numpy as np
 
 from jax_ipu import _internals, config
 from jax_ipu.errors import IpuConfigError, IpuError
-from jax_ipu.remote.putwindow import PutWindow
+from jax_ipu.remote.inflight import PutWindow, ReadWindow
 
 logger = logging.getLogger(__name__)
 
@@ -168,12 +168,13 @@ def register(platform: str, priority: int) -> None:
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
     _internals.wrap_batched_device_put(functools.partial(_sent_to_proxy, platform))
     _internals.wrap_shard_arg_handler(_internals.ArrayImpl, _through_host_across_clients)
+    _internals.wrap_copy_to_host_async(functools.partial(_read_within_window, platform))
 
 
 def _sent_to_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]:
     """jax's transfer to devices, as jaxlib's proxy client needs it when it goes to `platform`:
     each host array the client would refuse made C-contiguous first (a local device takes any
-    layout), and at most a window of transfers on their way to the server (putwindow.py)."""
+    layout), and at most a window of transfers on their way to the server (inflight.py)."""
     window = PutWindow()
 
     @functools.wraps(put)
@@ -188,6 +189,20 @@ def _sent_to_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]
         return array
 
     return batched_device_put
+
+
+def _read_within_window(platform: str, copy: Callable[[Any], None]) -> Callable[[Any], None]:
+    """jax's start of a read-back, with at most a window of them on their way from the server's
+    `platform` devices (inflight.py); a local array's is jax's own."""
+    window = ReadWindow()
+
+    @functools.wraps(copy)
+    def copy_to_host_async(array: Any) -> None:
+        copy(array)
+        if next(iter(array.devices())).platform == platform:
+            window.started(array)
+
+    return copy_to_host_async
 
 
 def _through_host_across_clients(handler: Callable[..., Any]) -> Callable[..., Any]:
