@@ -288,8 +288,16 @@ class IfrtProxyServer:
         try:
             session.host_buffers.reserve(header.buffer_size)
         except HostBufferError as exc:
-            raise status_of(exc) from None
+            raise self._refused(header.session_id, exc) from None
         return StoreTarget(session, header.handle, header.buffer_size)
+
+    @staticmethod
+    def _refused(session_id: int, exc: HostBufferError) -> Status:
+        """The answer to a host buffer refused; one past the session's limit is logged too:
+        jaxlib's client then ends its session and tells its user only 'CANCELLED'."""
+        if exc.code == "RESOURCE_EXHAUSTED":
+            logger.warning("session %x: %s", session_id, exc)
+        return status_of(exc)
 
     def lookup(self, data: bytes) -> memoryview:
         """The bytes a HostBufferLookup asks for."""
@@ -331,7 +339,7 @@ class IfrtProxyServer:
             session.host_buffers.store(
                 header.handle, session.shared_dir.read(header.handle, header.buffer_size))
         except HostBufferError as exc:
-            raise status_of(exc) from None
+            raise self._refused(header.session_id, exc) from None
         return b""
 
     def unary(self, method: str, data: bytes) -> bytes:
