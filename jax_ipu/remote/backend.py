@@ -22,7 +22,7 @@ from jax_ipu.model.report import ProgramReport
 from jax_ipu.remote.client import REPORT_KEY
 from jax_ipu.remote.ifrt import Placement, ProtocolError
 from jax_ipu.runtime import codec
-from jax_ipu.runtime.client import find_device, find_executable
+from jax_ipu.runtime.client import aval, find_device, find_executable
 
 # What a jax_ipu.tile program calls: vertices built and registered as XLA FFI handlers in the
 # process that traced them, which a server does not have.
@@ -34,11 +34,6 @@ NO_TILE_PROGRAMS = (
 
 
 SHARDINGS_KEPT = 256  # jax shardings the server keeps built, by placement and shape
-
-
-@functools.lru_cache(maxsize=1024)
-def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
-    return jax.core.ShapedArray(shape, dtype)
 
 
 class Backend:
@@ -84,7 +79,7 @@ class Backend:
             # itself, as jax.device_put ends, without its Python layers (0.1-0.2 ms a call,
             # paid for every batch a training loop puts). The client sent the dtype its jax
             # chose, which the server keeps (it runs with jax_enable_x64: server.serve).
-            return _internals.batched_device_put(_aval(shape, dtype), sharding, [host],
+            return _internals.batched_device_put(aval(shape, dtype), sharding, [host],
                                                  [self.device(placement.devices[0])], True)
         return jax.device_put(host, sharding)
 
@@ -104,7 +99,7 @@ class Backend:
             if tuple(shard.shape) != tuple(expected):
                 raise ProtocolError(f"array {i} has shape {list(shard.shape)}, a shard of "
                                     f"{list(shape)} here has {list(expected)}")
-        return _internals.ArrayImpl(_aval(shape, dtype), sharding, list(shards), committed=True,
+        return _internals.ArrayImpl(aval(shape, dtype), sharding, list(shards), committed=True,
                                     _skip_checks=True)
 
     def copy(self, array: Any, device_ids: Sequence[int], memory_kind: str | None) -> Any:
@@ -204,7 +199,7 @@ class Executable:
         # Each output's Array is made in C++ as execute_sharded's results are consumed, as jax's
         # own dispatch does: about half the CPU time of joining shards into ArrayImpls in Python.
         self._result_handlers = [
-            _internals.array_result_handler(_aval(shape, dtype), sharding, True, True)
+            _internals.array_result_handler(aval(shape, dtype), sharding, True, True)
             for (shape, dtype), sharding in zip(signature.results, self.output_shardings,
                                                 strict=True)]
 

@@ -550,7 +550,7 @@ class Session:
                              f"the program was compiled for {[d.id for d in exe.devices]}")
             args = self._arrays(req.args_handles)
             while len(self.running) >= RUNNING_PER_SESSION:
-                _finished(self.running.popleft(), wait=True)
+                _wait(self.running.popleft())
             outputs.extend(exe.execute(args))
             if outputs:
                 self.running.append(outputs[0])
@@ -662,15 +662,21 @@ class Session:
             serialized_pjrt_layout=_internals.xla_layout(layout).to_string().encode())
 
 
-def _finished(array: Any, wait: bool = False) -> bool:
-    """Whether the computation that makes `array` has finished (waiting for it, with `wait`);
-    one that failed has (its error is answered where the array is used)."""
+def _finished(array: Any) -> bool:
+    """Whether the computation that makes `array` has finished; one that failed has (its error
+    is answered where the array is used)."""
     try:
-        if wait:
-            array.block_until_ready()
         return bool(array.is_ready())
     except RuntimeError:
         return True
+
+
+def _wait(array: Any) -> None:
+    """Wait until the computation that makes `array` has finished (or failed)."""
+    try:
+        array.block_until_ready()
+    except RuntimeError:
+        pass
 
 
 def _op_id_of(data: bytes) -> int:

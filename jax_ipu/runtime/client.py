@@ -236,12 +236,12 @@ class IpuClient:
         return array
 
     def _place(self, host: np.ndarray, memory: IpuMemory) -> Any:
-        aval = _aval(host.shape, host.dtype)
         device = memory.device
         # Copied during the call (IMMUTABLE_ONLY_DURING_CALL): `host` may be jaxlib's memory.
         return _internals.batched_device_put(
-            aval, self._shardings[device.id, memory.kind], [host], [device.cpu_device], True,
-            True, _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+            aval(host.shape, host.dtype), self._shardings[device.id, memory.kind], [host],
+            [device.cpu_device], True, True,
+            _internals.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
 
     def fetched(self, device: IpuDevice) -> Any:
         """What the PJRT layer calls after it read a buffer of `device` back to the host over
@@ -292,5 +292,6 @@ def _check_room(memory: IpuMemory, host: np.ndarray, what: str) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+def aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """jax's abstract value of an array (kept built: every put and result of a loop asks)."""
     return jax.core.ShapedArray(shape, dtype)
