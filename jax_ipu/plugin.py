@@ -263,6 +263,9 @@ def initialize() -> None:
 
     if PLATFORM not in _internals.platforms_with_donation:
         _internals.platforms_with_donation.append(PLATFORM)
+    # Never a crash: a member of a deleted Array that would crash the process (a remote
+    # session's server too) raises jax's error.
+    _internals.guard_deleted_arrays()
     if config.value("jax_ipu_remote").strip():
         # A remote IPU Model: jaxlib's IFRT proxy client, and no local one.
         from jax_ipu.remote import client as remote

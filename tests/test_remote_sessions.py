@@ -373,6 +373,68 @@ def test_fuzzed_messages_get_errors_and_other_sessions_keep_their_data(server: S
     keeper.close()
 
 
+def test_requests_naming_a_deleted_array_get_answers_and_the_server_lives(
+        server: Server) -> None:
+    """jaxlib 0.10.2 crashes the process on some members of a deleted Array (is_ready among
+    them); the server asked is_ready of arrays a session had deleted, and died with every
+    session on it."""
+    raw = RawSession(server.address, devices=1)
+    try:
+        own = raw.init.init_response.all_devices[0].id
+        assert raw.request(make_array_from_host_buffer_request=_put(
+            raw, own, 7)).response_metadata.status.code == CODES["OK"]
+        assert raw.request(delete_array_request=dict(
+            array_handle=[7])).response_metadata.status.code == CODES["OK"]
+        answers = {which: raw.request(**{which: fields}) for which, fields in {
+            "check_value_ready_request": dict(value_handles=[7]),
+            "copy_to_host_buffer_request": dict(array_handle=7, host_buffer_handle=70),
+            "copy_arrays_request": dict(array_handles=[7], device_ids=[own], result_handles=[8]),
+            "disassemble_into_single_device_arrays_request": dict(array_handle=7,
+                                                                  result_handles=[9]),
+            "fully_replicated_shard_request": dict(array_handle=7, result_handle=10),
+            "is_array_deleted_request": dict(array_handle=7),
+            "delete_array_request": dict(array_handle=[7]),
+        }.items()}
+        assert answers["is_array_deleted_request"].is_array_deleted_response.deleted
+        for which, answer in answers.items():
+            status = answer.response_metadata.status
+            if which in ("is_array_deleted_request", "delete_array_request"):
+                assert status.code == CODES["OK"], answer
+            else:
+                assert (status.code, status.message) == (CODES["INVALID_ARGUMENT"], (
+                    "array handle 7 was deleted (by a delete or by donation to a "
+                    "computation)")), answer
+        assert raw.request(make_array_from_host_buffer_request=_put(
+            raw, own, 11)).response_metadata.status.code == CODES["OK"]  # still serving
+    finally:
+        raw.close()
+    assert server.proc.poll() is None
+
+    # A client deleting a result still being computed (the session holds it until it is).
+    client = Client(server.address, devices=1)
+    try:
+        assert client.run("""
+            import jax, jax.numpy as jnp, numpy as np
+            d = jax.devices("ipu")[0]
+            slow = jax.jit(lambda a: jax.lax.fori_loop(0, 30, lambda i, b: jnp.tanh(b @ a), a))
+            x = jax.device_put(np.full((512, 512), 1e-3, np.float32), d)
+            slow(x).block_until_ready()
+            y = slow(x)
+            y.delete()
+            errors = []
+            for member in (y.is_ready, y.clone, y.platform, lambda: y._pjrt_layout):
+                try:
+                    member()
+                except RuntimeError as exc:
+                    errors.append(str(exc))
+            result = errors, np.unique(np.asarray(x + 1)).tolist()
+        """) == [["Array has been deleted with shape=float32[512,512]."] * 4,
+                 [float(np.float32(1e-3) + np.float32(1))]]
+    finally:
+        client.close()
+    assert server.proc.poll() is None
+
+
 def test_compile_requests_of_other_sessions_devices_are_refused() -> None:
     """A program whose options assign devices outside the session's partition is refused
     before it compiles (checked on the server's compile entry with a real assignment)."""

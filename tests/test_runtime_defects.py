@@ -353,3 +353,23 @@ def test_a_numpy_view_outlives_donation_and_delete(platform):
     assert not x.is_deleted()
     x.delete()
     np.testing.assert_array_equal(view, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("platform", ["ipu", "cpu"])
+def test_members_of_a_deleted_array_raise_instead_of_crashing_the_process(platform):
+    """jaxlib 0.10.2's is_ready, clone, platform and _pjrt_layout read a deleted Array's buffers
+    and crash the process (cpu and ipu alike); with jax_ipu loaded they raise jax's error. In a
+    child: without the guard, the crash is this test's failure, not the suite's end."""
+    proc = run_python(f"""
+        import jax, numpy as np
+        x = jax.device_put(np.ones((2, 3), np.float32), jax.devices("{platform}")[0])
+        y = x + 1
+        assert (y.is_ready(), y.platform(), y.clone().shape) == (True, "{platform}", (2, 3))
+        x.delete()
+        for member in (x.is_ready, x.clone, x.platform, lambda: x._pjrt_layout):
+            try:
+                member()
+            except RuntimeError as exc:
+                print(exc)
+    """)
+    assert proc.stdout.splitlines() == ["Array has been deleted with shape=float32[2,3]."] * 4

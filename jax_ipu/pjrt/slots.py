@@ -694,7 +694,8 @@ def install(distributed_state: Callable[[], Any]) -> Any:
     _distributed_state = distributed_state
     check_plan_type(ExecutePlan)
     sub_byte = [d.pjrt for d in dtypes.TABLE if 0 < d.bits < 8]
-    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte)
+    _table.install(dispatch, _error_for, Waiter(status_of).wait_for, ExecutePlan, sub_byte,
+                   _internals.array_is_ready)
     cancel.register()
     return _table.capsule()
 

@@ -245,12 +245,16 @@ class Session:
     def _new_handle(self) -> int:
         return next(self._handles)
 
-    def array(self, handle: int) -> Any:
+    def array(self, handle: int, deleted: bool = False) -> Any:
+        """The array of `handle`; one deleted (or donated) only if `deleted`."""
         found = self.arrays.get(handle)
         if found is None:
             raise Status("NOT_FOUND", f"unknown array handle {handle} in this session")
         if isinstance(found, Status):
             raise found
+        if not deleted and found.is_deleted():
+            raise Status("INVALID_ARGUMENT", f"array handle {handle} was deleted (by a delete "
+                         "or by donation to a computation)")
         return found
 
     def _arrays(self, handles: Iterable[int]) -> list[Any]:
@@ -460,7 +464,7 @@ class Session:
         errors = []
         for handle in req.array_handle:
             try:
-                self.array(handle).delete()
+                self.array(handle, deleted=True).delete()
             except Status as status:
                 errors.append(status)
         return self.m("xla.ifrt.proxy.DeleteArrayResponse")(
@@ -468,7 +472,7 @@ class Session:
 
     def _is_array_deleted(self, req: Any) -> Any:
         return self.m("xla.ifrt.proxy.IsArrayDeletedResponse")(
-            deleted=self.array(req.array_handle).is_deleted())
+            deleted=self.array(req.array_handle, deleted=True).is_deleted())
 
     def _destruct_array(self, req: Any) -> Any:
         missing = [h for h in req.array_handle if self.arrays.pop(h, None) is None]

@@ -19,18 +19,17 @@ typedef struct {
   void **const *output_lists; PJRT_Event **device_complete_events; void *execute_device;
 } ExecuteArgs;
 
-static PyObject *str_is_ready, *str_block, *str_disassemble, *str_consume_token, *str_copy,
+static PyObject *str_block, *str_disassemble, *str_consume_token, *str_copy,
     *str_with_tokens, *str_is_deleted;
 
 int execute_init(void) {
-  str_is_ready = PyUnicode_InternFromString("is_ready");
   str_block = PyUnicode_InternFromString("block_until_ready");
   str_disassemble = PyUnicode_InternFromString("disassemble_into_single_device_arrays");
   str_consume_token = PyUnicode_InternFromString("consume_token");
   str_copy = PyUnicode_InternFromString("copy");
   str_with_tokens = PyUnicode_InternFromString("with_tokens");
   str_is_deleted = PyUnicode_InternFromString("is_deleted");
-  return str_is_ready && str_block && str_disassemble && str_consume_token && str_copy &&
+  return str_block && str_disassemble && str_consume_token && str_copy &&
          str_with_tokens && str_is_deleted ? 0 : -1;
 }
 
@@ -140,7 +139,7 @@ static PJRT_Error *completion(PyObject *waitable, PyObject *waitables, int check
                               PJRT_Event **out) {
   *out = NULL;
   if (check != WAIT_ONLY) {
-    PyObject *ready = PyObject_CallMethodNoArgs(waitable, str_is_ready);
+    PyObject *ready = PyObject_CallOneArg(array_is_ready, waitable);
     if (ready == NULL) return error_from_python();
     int done = PyObject_IsTrue(ready);
     Py_DECREF(ready);

@@ -100,6 +100,7 @@ extern const char *slot_names[NUM_HANDLERS];
 extern PyObject *dispatcher;  /* dispatch(slot, args_address) -> error address or 0 */
 extern PyObject *error_maker; /* error_for(exception) -> error address */
 extern PyObject *waiter;      /* wait_for(event capsule, waitable): resolve when it is ready */
+extern PyObject *array_is_ready; /* jaxlib's own Array.is_ready(array), for outputs just made */
 
 enum {
   CODE_OK = 0, CODE_CANCELLED = 1, CODE_INVALID_ARGUMENT = 3, CODE_RESOURCE_EXHAUSTED = 8,

@@ -30,6 +30,7 @@ static ShardingsExtension shardings_extension;
 PyObject *dispatcher;
 PyObject *error_maker;
 PyObject *waiter;
+PyObject *array_is_ready;
 
 static void noop_deleter(void *unused) { (void)unused; } /* plugin-owned data outlives the call */
 static void free_deleter(void *data) { free(data); }      /* bytes handed over by owned_bytes() */
@@ -93,12 +94,14 @@ static PyObject *py_owned_bytes(PyObject *self, PyObject *data) {
 
 static PyObject *py_install(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *d, *e, *w, *plan, *sub_byte;
-  if (!PyArg_ParseTuple(args, "OOOOO", &d, &e, &w, &plan, &sub_byte)) return NULL;
+  PyObject *d, *e, *w, *plan, *sub_byte, *r;
+  if (!PyArg_ParseTuple(args, "OOOOOO", &d, &e, &w, &plan, &sub_byte, &r)) return NULL;
   if (plan_install(plan) < 0 || buffer_install(sub_byte) < 0) return NULL;
   Py_INCREF(d);
   Py_INCREF(e);
   Py_INCREF(w);
+  Py_INCREF(r);
+  Py_XSETREF(array_is_ready, r);
   Py_XSETREF(dispatcher, d);
   Py_XSETREF(error_maker, e);
   Py_XSETREF(waiter, w);
@@ -142,8 +145,8 @@ static PyObject *py_slot_names(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"capsule", py_capsule, METH_NOARGS, "The PJRT_Api table as a 'pjrt_c_api' capsule."},
     {"install", py_install, METH_VARARGS,
-     "install(dispatch, error_for, wait_for, plan_type, sub_byte_types): connect the Python "
-     "side."},
+     "install(dispatch, error_for, wait_for, plan_type, sub_byte_types, array_is_ready): "
+     "connect the Python side."},
     {"plan_fields", py_plan_fields, METH_NOARGS,
      "The fields of an executable's plan that C reads, by name."},
     {"seen_struct_sizes", py_seen_sizes, METH_NOARGS, "struct_size jaxlib passed, by slot."},
