@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 import jax_ipu
+from jax_ipu import _internals
 from jax_ipu.compiler.lowering.callbacks import REMOTE
 from jax_ipu.protowire import Message
 from jax_ipu.remote import schema
+from jax_ipu.remote.backend import CLIENT_CALLS, NO_INSPECT_SHARDING, Backend
 from tests._remote import Client, Server
 from tests.test_profile_trace import check_trace_events
 
@@ -535,6 +537,62 @@ def test_host_callbacks_and_feeds_are_refused_clearly(client: Client) -> None:
         assert REMOTE in err.message, name
     # the client still works afterwards
     assert client.run("result = float(jnp.sum(jax.device_put(np.ones(3), ipus[0])))") == 3.0
+
+
+def test_inspecting_a_sharding_inside_jit_is_refused_and_the_server_lives(
+        server: Server, client: Client) -> None:
+    """XLA's partitioner calls inspect_array_sharding's callback, a pointer into the process that
+    lowered the program, while it compiles: on the server that crashed the server (every session
+    with it). It is refused with the reason and the fix; outside jit it works."""
+    err = client.error("""
+        mesh = jax.sharding.Mesh(np.array(ipus[:2]), ("x",))
+        def f(a):
+            jax.debug.inspect_array_sharding(a, callback=print)
+            return a * 2
+        jax.jit(f, out_shardings=jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec("x")))(np.ones(8, np.float32))
+    """)
+    assert err.type == "JaxRuntimeError" and "UNIMPLEMENTED" in err.message, err
+    assert NO_INSPECT_SHARDING in err.message and "custom_call @InspectSharding" in err.message
+    assert server.proc.poll() is None
+    assert client.run("""
+        y = jax.device_put(np.arange(8.0, dtype=np.float32), jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec("x")))
+        seen = []
+        jax.debug.inspect_array_sharding(y, callback=seen.append)  # outside jit: at once
+        result = [seen == [y.sharding], len(y.sharding.device_set), float(jnp.sum(y * 2))]
+    """) == [True, 2, 56.0]
+
+
+@pytest.mark.parametrize("target", sorted(CLIENT_CALLS))
+def test_programs_naming_the_clients_functions_are_refused_before_they_compile(
+        target: str) -> None:
+    """What a client (a hostile one too) could send: a custom call naming a function of its own
+    process, even without asking for host callbacks. Refused before XLA sees it, wherever it
+    sits (here inside a while loop's body)."""
+    code = f"""
+    module @m {{
+      func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {{
+        %c = stablehlo.constant dense<0> : tensor<i32>
+        %r:2 = stablehlo.while(%i = %c, %x = %arg0) : tensor<i32>, tensor<4xf32>
+          cond {{
+            %k = stablehlo.constant dense<1> : tensor<i32>
+            %p = stablehlo.compare LT, %i, %k : (tensor<i32>, tensor<i32>) -> tensor<i1>
+            stablehlo.return %p : tensor<i1>
+          }} do {{
+            %y = stablehlo.custom_call @{target}(%x) {{backend_config = "140737488355328"}}
+                : (tensor<4xf32>) -> tensor<4xf32>
+            stablehlo.return %i, %y : tensor<i32>, tensor<4xf32>
+          }}
+        return %r#1 : tensor<4xf32>
+      }}
+    }}"""
+    options = _internals.CompileOptions()
+    options.executable_build_options.device_assignment = _internals.DeviceAssignment.create(
+        np.array([[0]]))
+    with pytest.raises(NotImplementedError, match=f"custom_call @{target} at") as refused:
+        Backend().compile(code.encode(), options.SerializeAsString(), frozenset({0}))
+    assert str(refused.value).startswith(CLIENT_CALLS[target])
 
 
 def test_the_reason_is_in_the_installed_client() -> None:

@@ -31,7 +31,27 @@ NO_TILE_PROGRAMS = (
     "jax_ipu.tile programs cannot run on a remote IPU Model: their vertices are C++ built on the "
     "client and registered as XLA FFI handlers in its process, which the server cannot load. "
     "Run tile programs on a local IPU Model (unset JAX_IPU_REMOTE).")
-
+NO_HOST_CALLBACKS = (
+    "host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
+    "jax_ipu.InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model: the IFRT proxy "
+    "carries them, but jaxlib's client can only run them in Google's internal builds (the "
+    "pip-installed one answers every call 'ExecuteLoadedHostCallback is unsupported'). Run "
+    "such programs on a local IPU Model, or return the values from the jitted function")
+NO_INSPECT_SHARDING = (
+    "jax.debug.inspect_array_sharding and jax.debug.visualize_array_sharding inside a jitted "
+    "function cannot run on a remote IPU Model: XLA calls their callback, a function of the "
+    "client's process, while it compiles the program on the server. Read the sharding of a "
+    "computed array instead (x.sharding, or jax.debug.visualize_array_sharding(x) outside jit)")
+# Custom calls that name a function of the process that lowered the program (a pointer, or an
+# index into its callbacks): compiled or run on a server they would name the server's memory
+# (measured: InspectSharding, called by XLA's partitioner, crashed the server).
+CLIENT_CALLS = {
+    "InspectSharding": NO_INSPECT_SHARDING,
+    "xla_python_cpu_callback": NO_HOST_CALLBACKS,
+    "xla_ffi_python_cpu_callback": NO_HOST_CALLBACKS,
+    "xla_python_gpu_callback": NO_HOST_CALLBACKS,
+    "xla_ffi_partitioned_python_cpu_callback": NO_HOST_CALLBACKS,
+}
 
 SHARDINGS_KEPT = 256  # jax shardings the server keeps built, by placement and shape
 
@@ -155,7 +175,8 @@ class Signature:
 
 def read_signature(code: bytes) -> Signature:
     """What the server needs of a program beyond what jaxlib says: its results' global shapes
-    (jaxlib gives one device's) and the arguments jax marked donated."""
+    (jaxlib gives one device's) and the arguments jax marked donated; NotImplementedError for a
+    program that calls into the client's process (CLIENT_CALLS)."""
     with program.lent_context(len(code)) as context:
         module = program.parse(code, context)
         with module.context, ir.Location.unknown(module.context):
@@ -180,7 +201,27 @@ def read_signature(code: bytes) -> Signature:
                         donated.append(i)
             name = (ir.StringAttr(module.operation.attributes["sym_name"]).value
                     if "sym_name" in module.operation.attributes else "main")
+            _refuse_client_calls(module)
     return Signature(tuple(results), tuple(donated), name)
+
+
+def _refuse_client_calls(module: ir.Module) -> None:
+    """NotImplementedError for the first custom call (in any function or region) that names
+    something of the client's process (CLIENT_CALLS)."""
+    found: list[tuple[str, str]] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "stablehlo.custom_call" and "call_target_name" in op.attributes:
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            if target in CLIENT_CALLS:
+                found.append((target, str(op.location)))
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        target, where = found[0]
+        raise NotImplementedError(f"{CLIENT_CALLS[target]} (custom_call @{target} at {where})")
 
 
 class Executable:

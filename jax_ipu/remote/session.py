@@ -21,7 +21,7 @@ from jax_ipu import _internals
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
 from jax_ipu.protowire import Message, WireError
 from jax_ipu.remote import backend as backend_mod
-from jax_ipu.remote.backend import Backend, Executable
+from jax_ipu.remote.backend import NO_HOST_CALLBACKS, Backend, Executable
 from jax_ipu.remote.hostbuffers import HostBufferError, HostBuffers
 from jax_ipu.remote.ifrt import XLA_COMPILE_OPTIONS, XLA_PROGRAM, Codec, ProtocolError
 from jax_ipu.remote.schema import Schema
@@ -48,12 +48,6 @@ CLIENT_ATTRIBUTES = {"serialize_with_sdy": True, "supports_executable_serializat
 # caller of the 33rd wait; that caller was the transport's one thread, so every other session
 # waited too (measured: another partition's small call waited 13.8 s behind 600 queued calls).
 RUNNING_PER_SESSION = 16
-NO_HOST_CALLBACKS = (
-    "host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
-    "jax_ipu.InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model: the IFRT proxy "
-    "carries them, but jaxlib's client can only run them in Google's internal builds (the "
-    "pip-installed one answers every call 'ExecuteLoadedHostCallback is unsupported'). Run "
-    "such programs on a local IPU Model, or return the values from the jitted function")
 
 
 class Status(Exception):
