@@ -453,6 +453,27 @@ def test_donation(client: Client) -> None:
     assert "deleted" in reuse  # jax's own error for a donated array
 
 
+def test_device_put_copies_aliases_and_donates_as_asked(client: Client) -> None:
+    """jax.device_put(x, may_alias=False) is a copy of its own, donate=True deletes x: the
+    server honours each request's copy semantics (it aliased every copy to where x already
+    was, so deleting x broke the 'copy'). Found by JAX's memories_test."""
+    assert client.run("""
+        mesh = jax.sharding.Mesh(np.array(ipus[:2]), ("x",))
+        out = []
+        for kind in ("device", "pinned_host"):
+            for where in (jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"),
+                                                     memory_kind=kind),
+                          jax.sharding.SingleDeviceSharding(ipus[0], memory_kind=kind)):
+                x = jax.device_put(np.arange(8, dtype=np.float32), where)
+                copy = jax.device_put(x, may_alias=False)
+                x.delete()
+                moved = jax.device_put(copy, where, donate=True)
+                out.append([copy.is_deleted(), np.asarray(moved).tolist(),
+                            moved.sharding == where])
+        result = out
+    """) == [[True, list(range(8)), True]] * 4
+
+
 def test_pmap_over_8_devices(client: Client) -> None:
     got, want = client.run("""
         def f(devices, x):

@@ -122,8 +122,10 @@ class Backend:
         return _internals.ArrayImpl(aval(shape, dtype), sharding, list(shards), committed=True,
                                     _skip_checks=True)
 
-    def copy(self, array: Any, device_ids: Sequence[int], memory_kind: str | None) -> Any:
-        """`array` on other devices (in the same layout over them) or in another memory kind."""
+    def copy(self, array: Any, device_ids: Sequence[int], memory_kind: str | None,
+             always: bool = False, donate: bool = False) -> Any:
+        """`array` on other devices (in the same layout over them) or in another memory kind;
+        new buffers even where it is already if `always`, and `array` deleted if `donate`."""
         sharding = array.sharding
         kind = memory_kind if memory_kind is not None else sharding.memory_kind
         if device_ids:
@@ -138,7 +140,7 @@ class Backend:
                     devices, _internals.hlo_sharding(sharding, array.ndim), memory_kind=kind)
         else:
             target = sharding.with_memory_kind(kind)
-        return jax.device_put(array, target)
+        return jax.device_put(array, target, donate=donate, may_alias=False if always else None)
 
     # ---- executables ----
     def compile(self, code: bytes, options: bytes, allowed: frozenset[int]) -> Executable:

@@ -64,6 +64,15 @@ class Codec:
         # A client names the same few shardings in every put and execute: each is read once.
         self._placement = functools.lru_cache(maxsize=PLACEMENTS_KEPT)(self._read_placement)
         self._kind_names = self.DType.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
+        semantics = m("xla.ifrt.proxy.CopyArraysRequest").DESCRIPTOR.fields_by_name[
+            "copy_semantics"].enum_type.values_by_name
+        self._always_copy = semantics["ARRAY_COPY_SEMANTICS_ALWAYS_COPY"].number
+        self._donate_input = semantics["ARRAY_COPY_SEMANTICS_DONATE_INPUT"].number
+
+    def copying(self, semantics: int) -> tuple[bool, bool]:
+        """(copy, donate) of a request's ArrayCopySemanticsProto: new buffers even where the
+        arrays are already (ALWAYS_COPY), and the input arrays deleted after (DONATE_INPUT)."""
+        return semantics == self._always_copy, semantics == self._donate_input
 
     # ---- dtype and shape ----
     def dtype(self, proto: Any) -> np.dtype:

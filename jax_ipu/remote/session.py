@@ -442,7 +442,8 @@ class Session:
                 raise Status("PERMISSION_DENIED", f"devices {outside} are outside this "
                              f"session's partition {sorted(self.allowed)}")
             kind = (req.memory_kind or None) if req.HasField("memory_kind") else None
-            return [self.backend.copy(a, list(req.device_ids), kind)
+            always, donate = self.codec.copying(req.copy_semantics)
+            return [self.backend.copy(a, list(req.device_ids), kind, always, donate)
                     for a in self._arrays(req.array_handles)]
 
         handles = self._fill(list(req.result_handles), make)
