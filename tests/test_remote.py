@@ -500,6 +500,20 @@ def test_shard_map_ppermute_and_psum(client: Client) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_an_eager_shard_map_with_a_scan_runs_as_under_jit(client: Client) -> None:
+    """Eagerly, jax compiles the scan's pieces one by one, among them a program with no
+    results over two devices, whose output sharding XLA still names: the server refused it
+    ('zip() argument 2 is shorter than argument 1'). Found by JAX's shard_map_test."""
+    got, want = client.run("""
+        def f(devices, x):
+            mesh = Mesh(np.array(devices[:2]), ("x",))
+            body = lambda v: jax.lax.scan(lambda c, _: (c, None), v, None, length=1)[0] * 2
+            return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(x)
+        result = both(f, np.arange(4, dtype=np.float32))
+    """)
+    assert got == want == [0.0, 2.0, 4.0, 6.0]
+
+
 def test_sharded_jit(client: Client) -> None:
     result = client.run("""
         def f(devices, a):

@@ -252,6 +252,8 @@ class Executable:
         return fingerprint if isinstance(fingerprint, bytes) else str(fingerprint).encode()
 
     def _output_shardings(self) -> list[Any]:
+        if not self.signature.results:
+            return []  # XLA still names one sharding, of the empty tuple, over several devices
         kinds = self.output_kinds or ["device"] * len(self.signature.results)
         if len(self.devices) == 1:
             return [jax.sharding.SingleDeviceSharding(self.devices[0], memory_kind=k)
