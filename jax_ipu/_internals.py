@@ -302,6 +302,15 @@ def hlo_sharding(sharding: Any, num_dimensions: int) -> Any:
     return sharding._to_xla_hlo_sharding(num_dimensions)
 
 
+# The devices a jax sharding's layout names, in its order (device i holds what its HloSharding
+# gives tile i).
+_attr(_sharding_impls, "GSPMDSharding._device_assignment")
+
+
+def device_assignment(sharding: Any) -> tuple[Any, ...]:
+    return tuple(sharding._device_assignment)
+
+
 # The xla.Layout (minor_to_major, tiles) of a jaxlib PjRtLayout: what the IFRT proxy carries.
 _attr(_jax, "PjRtLayout._xla_layout")
 

@@ -514,6 +514,22 @@ def test_an_eager_shard_map_with_a_scan_runs_as_under_jit(client: Client) -> Non
     assert got == want == [0.0, 2.0, 4.0, 6.0]
 
 
+def test_arrays_move_to_their_devices_in_another_order(client: Client) -> None:
+    """An array over devices 0..7 put over the same devices reversed: jax sends pmap's move as
+    a copy and a NamedSharding's as a remap of shards; the server refused both (an
+    AssertionError inside jax, 'remap_arrays is not served'). Found by JAX's pmap_test."""
+    got, want = client.run("""
+        def f(devices, x):
+            a = jax.pmap(lambda v: v * 2, devices=devices)(x)
+            b = jax.pmap(lambda v: v + 1, devices=devices[::-1])(a)
+            c = jax.device_put(b, NamedSharding(Mesh(np.array(devices[::-1]), "x"), P("x")))
+            order = [shard.device.id - devices[0].id for shard in c.addressable_shards]
+            return np.concatenate([np.asarray(c).ravel(), order])
+        result = both(f, np.arange(16, dtype=np.float32).reshape(8, 2))
+    """)
+    assert got == want == [*(2.0 * np.arange(16) + 1), *range(7, -1, -1)]
+
+
 def test_sharded_jit(client: Client) -> None:
     result = client.run("""
         def f(devices, a):

@@ -138,9 +138,25 @@ class Backend:
             else:
                 target = _internals.GSPMDSharding(
                     devices, _internals.hlo_sharding(sharding, array.ndim), memory_kind=kind)
+                source = _internals.device_assignment(sharding)
+                if set(source) == set(devices) and list(source) != devices:
+                    # (a donated array is let go when the client destructs it: a shard that
+                    # stays on its device may be the same buffer)
+                    return self._reordered(array, source, target, always)
         else:
             target = sharding.with_memory_kind(kind)
         return jax.device_put(array, target, donate=donate, may_alias=False if always else None)
+
+    @staticmethod
+    def _reordered(array: Any, source: Sequence[Any], target: Any, always: bool) -> Any:
+        """`array` over the same devices in another order (jax's device_put takes only a
+        NamedSharding there): the shard of its i-th device moves to the target's i-th."""
+        held = {shard.device: shard.data for shard in array.addressable_shards}
+        moved = [jax.device_put(held[old], jax.sharding.SingleDeviceSharding(
+                     new, memory_kind=target.memory_kind), may_alias=False if always else None)
+                 for old, new in zip(source, _internals.device_assignment(target), strict=True)]
+        return _internals.ArrayImpl(array.aval, target, moved, committed=True,
+                                    _skip_checks=True)
 
     # ---- executables ----
     def compile(self, code: bytes, options: bytes, allowed: frozenset[int]) -> Executable:
@@ -224,6 +240,13 @@ def _refuse_client_calls(module: ir.Module) -> None:
     if found:
         target, where = found[0]
         raise NotImplementedError(f"{CLIENT_CALLS[target]} (custom_call @{target} at {where})")
+
+
+def shards(array: Any) -> list[Any]:
+    """The single-device arrays of `array`, in the order of its sharding's devices (an IFRT
+    array's shard i is on its sharding's device i)."""
+    held = {shard.device: shard.data for shard in array.addressable_shards}
+    return [held[device] for device in _internals.device_assignment(array.sharding)]
 
 
 class Executable:

@@ -69,6 +69,12 @@ USED_FIELDS: dict[str, str] = {
     "xla.ifrt.proxy.DisassembleIntoSingleDeviceArraysRequest": "array_handle result_handles",
     "xla.ifrt.proxy.CopyArraysRequest": "array_handles device_ids memory_kind copy_semantics "
                                         "result_handles",
+    "xla.ifrt.proxy.RemapArraysRequest": "plan array_handles copy_semantics result_handles",
+    "xla.ifrt.proxy.RemapArraysResponse": "array_handles",
+    "xla.ifrt.RemapPlanProto": "input_specs output_specs mappings",
+    "xla.ifrt.RemapPlanProto.MappingProto": "in_array out_array from_start from_end from_step "
+                                            "to_start to_end to_step",
+    "xla.ifrt.ArraySpecProto": "dtype shape sharding",
     "xla.ifrt.proxy.CopyToHostBufferRequest": "array_handle byte_strides host_buffer_handle",
     "xla.ifrt.proxy.FullyReplicatedShardRequest": "array_handle result_handle",
     "xla.ifrt.proxy.CompileRequest": "program compile_options host_callbacks",

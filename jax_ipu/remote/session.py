@@ -435,6 +435,56 @@ class Session:
         handle, = self._fill(wanted, make)
         return self.m("xla.ifrt.proxy.FullyReplicatedShardResponse")(array_handle=handle)
 
+    def _remap_arrays(self, req: Any) -> Any:
+        """Arrays made of the shards of others (jax moves an array to the same devices in
+        another order so): output j's shards at `to` positions are input i's at `from`."""
+        def make() -> list[Any]:
+            plan = req.plan
+            inputs = self._arrays(req.array_handles)
+            if len(inputs) != len(plan.input_specs):
+                raise Status("INVALID_ARGUMENT", f"{len(inputs)} arrays for a plan of "
+                             f"{len(plan.input_specs)} inputs")
+            held = [backend_mod.shards(a) for a in inputs]
+            outputs = []
+            for spec in plan.output_specs:
+                shape = self.codec.shape(spec.shape)
+                outputs.append((shape, self.codec.dtype(spec.dtype),
+                                self._placement(spec.sharding, shape)))
+            slots: list[list[Any]] = [[None] * len(p.devices) for _, _, p in outputs]
+            for m in plan.mappings:
+                if not (0 <= m.in_array < len(held) and 0 <= m.out_array < len(slots)):
+                    raise Status("INVALID_ARGUMENT", f"a mapping from array {m.in_array} to "
+                                 f"{m.out_array}: the plan has {len(held)} and {len(slots)}")
+                intervals = (m.from_start, m.from_end, m.from_step, m.to_start, m.to_end,
+                             m.to_step)
+                if len({len(field) for field in intervals}) != 1:
+                    raise Status("INVALID_ARGUMENT", "a mapping's intervals differ in number")
+                for a, b, step, c, d, to_step in zip(*intervals, strict=True):
+                    if step <= 0 or to_step <= 0:
+                        raise Status("INVALID_ARGUMENT", "a mapping's steps must be positive")
+                    sources, targets = range(a, b, step), range(c, d, to_step)
+                    if len(sources) != len(targets) or (sources and not (
+                            0 <= sources[0] and sources[-1] < len(held[m.in_array])
+                            and 0 <= targets[0] and targets[-1] < len(slots[m.out_array]))):
+                        raise Status("INVALID_ARGUMENT", f"a mapping of shards {sources} to "
+                                     f"{targets} does not fit its arrays")
+                    for f, t in zip(sources, targets, strict=True):
+                        slots[m.out_array][t] = held[m.in_array][f]
+            always, _ = self.codec.copying(req.copy_semantics)
+            made = []
+            for (shape, dtype, placement), shards in zip(outputs, slots, strict=True):
+                if any(shard is None for shard in shards):
+                    raise Status("INVALID_ARGUMENT", "the plan leaves shards of an output "
+                                 "unmapped")
+                if always:
+                    shards = [self.backend.copy(shard, [], None, always=True)
+                              for shard in shards]
+                made.append(self.backend.assemble(shape, dtype, placement, shards))
+            return made
+
+        handles = self._fill(list(req.result_handles), make)
+        return self.m("xla.ifrt.proxy.RemapArraysResponse")(array_handles=handles)
+
     def _copy_arrays(self, req: Any) -> Any:
         def make() -> list[Any]:
             outside = sorted(set(req.device_ids) - self.allowed)
@@ -707,6 +757,7 @@ _HANDLERS: dict[str, Callable[[Session, Any], Any]] = {
         Session._disassemble_into_single_device_arrays,
     "delete_array_request": Session._delete_array,
     "copy_arrays_request": Session._copy_arrays,
+    "remap_arrays_request": Session._remap_arrays,
     "fully_replicated_shard_request": Session._fully_replicated_shard,
     "is_array_deleted_request": Session._is_array_deleted,
     "destruct_array_request": Session._destruct_array,
