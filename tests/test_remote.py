@@ -530,6 +530,29 @@ def test_arrays_move_to_their_devices_in_another_order(client: Client) -> None:
     assert got == want == [*(2.0 * np.arange(16) + 1), *range(7, -1, -1)]
 
 
+def test_a_shard_map_manual_over_part_of_an_explicit_mesh(client: Client) -> None:
+    """XLA's partitioned module of this program does not convert to StableHLO, and the program
+    jax sent (sdy.manual_computation) has no HLO form, so the server could not read its layouts
+    ('unsupported op for export to XLA'). The partitioned module is now answered as HLO. Found
+    by JAX's shard_map_test (test_explicit_vmap_grad_shmap)."""
+    got, want = client.run("""
+        from jax.sharding import AxisType
+        def f(devices, x):
+            mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2,
+                                 devices=devices[:4])
+            with jax.set_mesh(mesh):
+                arr = jax.device_put(x, P("x", None))
+                def g(v):
+                    v = jax.reshard(v, P("y"))
+                    return jax.shard_map(jnp.cos, in_specs=P("y"), out_specs=P("y"))(v).sum()
+                return jax.jit(jax.vmap(jax.grad(g)))(arr)
+        result = both(f, np.arange(6 * 8, dtype=np.float32).reshape(6, 8) / 10)
+    """)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(got, -np.sin(np.arange(48).reshape(6, 8) / 10), rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_sharded_jit(client: Client) -> None:
     result = client.run("""
         def f(devices, a):

@@ -224,18 +224,22 @@ class IpuExecutable:
         model judged the program jax sent: jax_ipu.report lists its ops); as the program jax
         sent for one that calls the host (answered as HLO, jaxlib let go of its executable, and
         so of the user's callables, only some time after jax dropped it). Of several, what one
-        device runs after XLA's SPMD partitioner (jaxlib cannot print the Shardy program)."""
+        device runs after XLA's SPMD partitioner, as StableHLO (jaxlib cannot print the Shardy
+        program jax sent, nor read its layouts), or as XLA's HLO where jaxlib's conversion to
+        StableHLO does not verify."""
         if len(self.devices) > 1:
-            return "mlir", numerics.with_entry_layouts(self.partitioned_program(), *self.layouts)
+            partitioned = self.partitioned_program()
+            if partitioned is not None:
+                return "mlir", numerics.with_entry_layouts(partitioned, *self.layouts)
         if not numerics.calls_host(self.code):
             return "hlo_with_config", hlo.hlo_with_config(self.cpu_executable, self.num_replicas,
                                                           self.num_partitions)
         return "mlir", numerics.with_entry_layouts(self.code, *self.layouts)
 
-    def partitioned_program(self) -> bytes:
-        """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; the program
-        jax sent when jaxlib's conversion gives a module that does not verify (some all-to-all
-        replica groups)."""
+    def partitioned_program(self) -> bytes | None:
+        """What one device runs after XLA's SPMD partitioner, as StableHLO bytecode; None when
+        jaxlib's conversion gives a module that does not verify (some all-to-all replica
+        groups)."""
         from jax_ipu.compiler.program import verifies
 
         module = self.cpu_executable.hlo_modules()[0].as_serialized_hlo_module_proto()
@@ -243,8 +247,8 @@ class IpuExecutable:
         if verifies(converted):
             return converted
         logger.info("%s: the partitioned program does not convert to valid StableHLO; "
-                    "answering the program jax sent", self.name)
-        return self.code
+                    "answering it as XLA's HLO", self.name)
+        return None
 
     def memory_analysis(self) -> dict[str, int]:
         """The model's memory figures under the names of JAX's compiled.memory_analysis()."""
