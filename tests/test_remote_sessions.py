@@ -469,3 +469,33 @@ def test_sigterm_ends_sessions_and_clients_get_an_error(server: Server) -> None:
     assert server.proc.wait(30) == 0  # drained once its clients left, and exited
     assert len(re.findall(r"closed \(the jax-ipu server at .* is shutting down \(SIGTERM\)",
                           server.log)) == 2
+
+
+def test_a_remap_plan_takes_shards_by_interval_and_refuses_what_does_not_fit() -> None:
+    """RemapArrays (jax's move of an array to a reversed mesh): each mapping's k-th interval of
+    input shards fills its k-th interval of output positions; a hostile plan is an error."""
+    from types import SimpleNamespace
+
+    from jax_ipu.remote.session import Status, _remapped
+
+    def mapping(i: int, o: int, *intervals: tuple[int, int, int, int, int, int]
+                ) -> SimpleNamespace:
+        names = ("from_start", "from_end", "from_step", "to_start", "to_end", "to_step")
+        return SimpleNamespace(in_array=i, out_array=o, **{
+            name: [iv[k] for iv in intervals] for k, name in enumerate(names)})
+
+    held = [["a0", "a1", "a2", "a3"], ["b0", "b1"]]
+    reverse = [mapping(0, 0, *[(k, k + 1, 1, 3 - k, 4 - k, 1) for k in range(4)]),
+               mapping(1, 1, (0, 2, 1, 0, 4, 2))]
+    assert _remapped(reverse, held, [4, 4]) == [["a3", "a2", "a1", "a0"],
+                                                ["b0", None, "b1", None]]
+    for bad, message in [
+            (mapping(2, 0, (0, 1, 1, 0, 1, 1)), "the plan has 2 and 1"),
+            (mapping(0, 0, (0, 2, 1, 0, 1, 1)), "does not fit"),   # 2 shards to 1 place
+            (mapping(0, 0, (3, 5, 1, 0, 2, 1)), "does not fit"),   # past the input's end
+            (mapping(0, 0, (0, 1, 0, 0, 1, 1)), "steps must be positive"),
+            (SimpleNamespace(in_array=0, out_array=0, from_start=[0], from_end=[1],
+                             from_step=[1], to_start=[], to_end=[], to_step=[]),
+             "differ in number")]:
+        with pytest.raises(Status, match=message):
+            _remapped([bad], held, [1])

@@ -142,19 +142,19 @@ class Backend:
                 if set(source) == set(devices) and list(source) != devices:
                     # (a donated array is let go when the client destructs it: a shard that
                     # stays on its device may be the same buffer)
-                    return self._reordered(array, source, target, always)
+                    return self._reordered(array, target, always)
         else:
             target = sharding.with_memory_kind(kind)
         return jax.device_put(array, target, donate=donate, may_alias=False if always else None)
 
     @staticmethod
-    def _reordered(array: Any, source: Sequence[Any], target: Any, always: bool) -> Any:
+    def _reordered(array: Any, target: Any, always: bool) -> Any:
         """`array` over the same devices in another order (jax's device_put takes only a
         NamedSharding there): the shard of its i-th device moves to the target's i-th."""
-        held = {shard.device: shard.data for shard in array.addressable_shards}
-        moved = [jax.device_put(held[old], jax.sharding.SingleDeviceSharding(
+        moved = [jax.device_put(shard, jax.sharding.SingleDeviceSharding(
                      new, memory_kind=target.memory_kind), may_alias=False if always else None)
-                 for old, new in zip(source, _internals.device_assignment(target), strict=True)]
+                 for shard, new in zip(shards(array), _internals.device_assignment(target),
+                                       strict=True)]
         return _internals.ArrayImpl(array.aval, target, moved, committed=True,
                                     _skip_checks=True)
 

@@ -450,26 +450,7 @@ class Session:
                 shape = self.codec.shape(spec.shape)
                 outputs.append((shape, self.codec.dtype(spec.dtype),
                                 self._placement(spec.sharding, shape)))
-            slots: list[list[Any]] = [[None] * len(p.devices) for _, _, p in outputs]
-            for m in plan.mappings:
-                if not (0 <= m.in_array < len(held) and 0 <= m.out_array < len(slots)):
-                    raise Status("INVALID_ARGUMENT", f"a mapping from array {m.in_array} to "
-                                 f"{m.out_array}: the plan has {len(held)} and {len(slots)}")
-                intervals = (m.from_start, m.from_end, m.from_step, m.to_start, m.to_end,
-                             m.to_step)
-                if len({len(field) for field in intervals}) != 1:
-                    raise Status("INVALID_ARGUMENT", "a mapping's intervals differ in number")
-                for a, b, step, c, d, to_step in zip(*intervals, strict=True):
-                    if step <= 0 or to_step <= 0:
-                        raise Status("INVALID_ARGUMENT", "a mapping's steps must be positive")
-                    sources, targets = range(a, b, step), range(c, d, to_step)
-                    if len(sources) != len(targets) or (sources and not (
-                            0 <= sources[0] and sources[-1] < len(held[m.in_array])
-                            and 0 <= targets[0] and targets[-1] < len(slots[m.out_array]))):
-                        raise Status("INVALID_ARGUMENT", f"a mapping of shards {sources} to "
-                                     f"{targets} does not fit its arrays")
-                    for f, t in zip(sources, targets, strict=True):
-                        slots[m.out_array][t] = held[m.in_array][f]
+            slots = _remapped(plan.mappings, held, [len(p.devices) for _, _, p in outputs])
             always, _ = self.codec.copying(req.copy_semantics)
             made = []
             for (shape, dtype, placement), shards in zip(outputs, slots, strict=True):
@@ -703,6 +684,34 @@ class Session:
                                                         self.backend.device(req.device_id))
         return self.m("xla.ifrt.proxy.GetDefaultLayoutResponse")(
             serialized_pjrt_layout=_internals.xla_layout(layout).to_string().encode())
+
+
+def _remapped(mappings: Iterable[Any], held: list[list[Any]], sizes: list[int]
+              ) -> list[list[Any]]:
+    """The shards of each output (`sizes` of them) that RemapPlanProto `mappings` take from
+    the inputs' shards `held` (None where none is mapped); Status for a mapping that does not
+    fit. A mapping's k-th `from` interval of shards goes to its k-th `to` interval."""
+    slots: list[list[Any]] = [[None] * n for n in sizes]
+    for m in mappings:
+        if not (0 <= m.in_array < len(held) and 0 <= m.out_array < len(slots)):
+            raise Status("INVALID_ARGUMENT", f"a mapping from array {m.in_array} to "
+                         f"{m.out_array}: the plan has {len(held)} and {len(slots)}")
+        intervals = (m.from_start, m.from_end, m.from_step, m.to_start, m.to_end, m.to_step)
+        if len({len(field) for field in intervals}) != 1:
+            raise Status("INVALID_ARGUMENT", "a mapping's intervals differ in number")
+        source, target = held[m.in_array], slots[m.out_array]
+        for a, b, step, c, d, to_step in zip(*intervals, strict=True):
+            if step <= 0 or to_step <= 0:
+                raise Status("INVALID_ARGUMENT", "a mapping's steps must be positive")
+            froms, tos = range(a, b, step), range(c, d, to_step)
+            if len(froms) != len(tos) or (froms and not (
+                    0 <= froms[0] and froms[-1] < len(source)
+                    and 0 <= tos[0] and tos[-1] < len(target))):
+                raise Status("INVALID_ARGUMENT", f"a mapping of shards {froms} to {tos} does "
+                             "not fit its arrays")
+            for f, t in zip(froms, tos, strict=True):
+                target[t] = source[f]
+    return slots
 
 
 def _finished(array: Any) -> bool:
