@@ -572,6 +572,30 @@ def test_sharded_jit(client: Client) -> None:
     assert count == 8 and spec == "P('data', 'model')" and shard_shapes == [[2, 3]] * 2
 
 
+def test_tokens_pass_in_and_out_of_jitted_functions(client: Client) -> None:
+    """A token is an array of bool[0] to jax's dispatch and the protocol; XLA has no layout for
+    one, so the executable's output layouts are answered as an error, as jaxlib's own are (the
+    server refused such programs: 'result type !stablehlo.token has no fixed array shape')."""
+    result = client.run("""
+        def f(devices, x):
+            mesh = Mesh(np.array(devices[:2]), ("x",))
+            x = jax.device_put(x, NamedSharding(mesh, P("x")))
+            made = jax.jit(lambda a: (jax.lax.create_token(), a * 2))
+            passed = jax.jit(lambda t, a: (jax.lax.after_all(t), a + 1))
+            t, y = made(x)
+            t2, z = passed(t, y)
+            t3, w = passed(jax.lax.create_token(), z)  # an eager token, on one device
+            kinds.append([type(v).__name__ for v in (t, t2, t3)]
+                         + [len(t._buf.sharding.device_set), list(t._buf.shape)])
+            return w
+        kinds = []
+        result = both(f, np.arange(8, dtype=np.float32)) + kinds
+    """)
+    got, want, ipu_kinds, cpu_kinds = result
+    assert got == want == [2.0 * i + 2 for i in range(8)]
+    assert ipu_kinds == cpu_kinds == ["Token", "Token", "Token", 2, [0]]
+
+
 def test_memory_kinds(client: Client) -> None:
     result = client.run("""
         d = ipus[1]

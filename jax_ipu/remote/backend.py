@@ -208,7 +208,10 @@ def read_signature(code: bytes) -> Signature:
             results = []
             for t in fn_type.results:
                 tensor = program.tensor_type(t)
-                if any(d < 0 for d in tensor.shape) or tensor.dtype == "token":
+                if tensor.dtype == "token":
+                    results.append(((0,), np.dtype(bool)))
+                    continue
+                if any(d < 0 for d in tensor.shape):
                     raise ProtocolError(f"result type {t} has no fixed array shape")
                 results.append((tuple(tensor.shape), np.dtype(tensor.dtype)))
             donated = []

@@ -538,8 +538,16 @@ class Session:
                                   (out.output_shardings, exe.loaded.get_output_shardings())):
             for op in shardings or []:
                 target.shardings.add().CopyFrom(OpSharding.FromString(op.SerializeToString()))
-        for target, layouts in ((out.parameter_layouts_list, exe.loaded.get_parameter_layouts()),
-                                (out.output_layouts_list, exe.loaded.get_output_layouts())):
+        for name, layouts_of in (("parameter_layouts", exe.loaded.get_parameter_layouts),
+                                 ("output_layouts", exe.loaded.get_output_layouts)):
+            try:
+                layouts = layouts_of()
+            except Exception as exc:  # noqa: BLE001 - XLA has none for a token: the answer
+                status = status_of(exc)
+                error = getattr(out, f"{name}_error")
+                error.code, error.message = CODES[status.code], status.message
+                continue
+            target = getattr(out, f"{name}_list")
             for layout in layouts:
                 xla = _internals.xla_layout(layout)
                 proto = Layout(minor_to_major=list(xla.minor_to_major()))
