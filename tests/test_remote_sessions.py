@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from jax_ipu import _internals
+from jax_ipu.remote import hostcalls
 from jax_ipu.remote.session import CODES, SERVER_HANDLES
 from tests._remote import Client, RawSession, Server, wait_for
 
@@ -446,6 +447,60 @@ def test_compile_requests_of_other_sessions_devices_are_refused() -> None:
     with pytest.raises(PermissionError, match=r"devices \[0\], outside this session's partition"):
         Backend().compile(jax.jit(lambda x: x).lower(np.ones(2)).as_text().encode(),
                           options.SerializeAsString(), frozenset({1}))
+
+
+def test_a_killed_clients_pending_host_callback_fails_and_hostile_polls_get_errors(
+        server: Server) -> None:
+    """A client killed while the server's program waits in its host callback: the session
+    closes, the waiting computation fails (XLA's thread is released), its devices are free.
+    Polls and returns that name no session's channel, or do not parse, get errors."""
+    import grpc
+
+    before = len(_closed_sessions(server))
+    waiting = Client(server.address, devices=2)
+    assert waiting.run("""
+        import threading
+        import jax, numpy as np
+        started = threading.Event()
+        def slow(v):
+            started.set()
+            threading.Event().wait(600)  # longer than the test: it ends by the kill
+            return v
+        f = jax.jit(lambda x: jax.pure_callback(slow, x, x))
+        x = jax.device_put(np.ones(2, np.float32), jax.devices("ipu")[0])
+        threading.Thread(target=lambda: f(x).block_until_ready(), daemon=True).start()
+        result = started.wait(120)
+    """) is True
+    waiting.kill()
+    wait_for(lambda: len(_closed_sessions(server)) > before,
+             what="the killed client's session to close")
+    every = Client(server.address, devices=DEVICES)  # every device: the killed one's are free
+    try:
+        assert every.run("""
+            import jax, numpy as np
+            seen = []
+            f = jax.jit(lambda x: (jax.debug.callback(seen.append, x), x + 1)[1])
+            y = f(jax.device_put(np.arange(3, dtype=np.float32), jax.devices("ipu")[5]))
+            result = [np.asarray(y).tolist(), [np.asarray(v).tolist() for v in seen]]
+        """) == [[1.0, 2.0, 3.0], [[0.0, 1.0, 2.0]]]
+        channel = grpc.insecure_channel(server.address.removeprefix("grpc://"))
+        service = "/xla.ifrt.proxy.GrpcIfrtService/"
+        poll = channel.unary_unary(service + hostcalls.POLL)
+        answer = channel.unary_unary(service + hostcalls.RETURN)
+        stranger = "0" * 32  # no session's channel
+        for call, data, code in [
+                (poll, b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT),
+                (poll, hostcalls.poll_request(stranger, 0.1), grpc.StatusCode.NOT_FOUND),
+                (answer, hostcalls.return_request(stranger, 1, [np.ones(2)]),
+                 grpc.StatusCode.NOT_FOUND),
+                (answer, b"\x0a\x05", grpc.StatusCode.INVALID_ARGUMENT)]:
+            with pytest.raises(grpc.RpcError) as refused:
+                call(data, timeout=30)
+            assert refused.value.code() == code, (data, refused.value)
+        channel.close()
+        assert every.run("result = float(np.asarray(f(np.ones(2, np.float32))).sum())") == 4.0
+    finally:
+        every.close()
 
 
 def test_sigterm_ends_sessions_and_clients_get_an_error(server: Server) -> None:

@@ -143,6 +143,23 @@ def test_an_execute_waits_off_the_transport_thread_once_16_of_its_sessions_are_r
     assert not session.running  # all finished: none held
 
 
+def test_an_execute_of_a_program_with_host_callbacks_always_waits_off_the_transport_thread(
+        session: Session) -> None:
+    """Its callbacks wait for the client's poll, which that thread has to take in."""
+    program = type("Program", (), {"stand_ins": [print], "devices": []})()
+    session.executables[777] = program
+    try:
+        answer, deferred = _handle(session, _request(
+            session, 17, loaded_executable_execute_request=dict(loaded_executable_handle=777)))
+        assert answer is None and not session.running
+        program.stand_ins = []
+        answer, deferred = _handle(session, _request(
+            session, 18, loaded_executable_execute_request=dict(loaded_executable_handle=777)))
+        assert answer is not None
+    finally:
+        del session.executables[777]
+
+
 @pytest.fixture(scope="module", params=["native", "grpcio"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[Server]:

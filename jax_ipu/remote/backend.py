@@ -17,8 +17,9 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from jax_ipu import _internals, dtypes
-from jax_ipu.compiler import numerics, program
+from jax_ipu.compiler import lowering, numerics, program
 from jax_ipu.model.report import ProgramReport
+from jax_ipu.remote import hostcalls
 from jax_ipu.remote.client import REPORT_KEY
 from jax_ipu.remote.ifrt import Placement, ProtocolError
 from jax_ipu.runtime import codec
@@ -33,10 +34,12 @@ NO_TILE_PROGRAMS = (
     "Run tile programs on a local IPU Model (unset JAX_IPU_REMOTE).")
 NO_HOST_CALLBACKS = (
     "host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
-    "jax_ipu.InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model: the IFRT proxy "
-    "carries them, but jaxlib's client can only run them in Google's internal builds (the "
-    "pip-installed one answers every call 'ExecuteLoadedHostCallback is unsupported'). Run "
-    "such programs on a local IPU Model, or return the values from the jitted function")
+    "jax_ipu.InfeedQueue/OutfeedQueue) run on a remote IPU Model only for a client with "
+    "jax-ipu installed, which answers the server's calls itself: the IFRT proxy protocol "
+    "carries them too, but jaxlib's client runs those only in Google's internal builds (the "
+    "pip-installed one answers every call 'ExecuteLoadedHostCallback is unsupported'). Install "
+    "jax-ipu on the client (JAX_IPU_REMOTE), run the program on a local IPU Model, or return "
+    "the values from the jitted function")
 NO_INSPECT_SHARDING = (
     "jax.debug.inspect_array_sharding and jax.debug.visualize_array_sharding inside a jitted "
     "function cannot run on a remote IPU Model: XLA calls their callback, a function of the "
@@ -159,8 +162,10 @@ class Backend:
                                     _skip_checks=True)
 
     # ---- executables ----
-    def compile(self, code: bytes, options: bytes, allowed: frozenset[int]) -> Executable:
-        """The program compiled for the devices its options assign, all in `allowed`."""
+    def compile(self, code: bytes, options: bytes, allowed: frozenset[int],
+                host_calls: hostcalls.Channel | None = None) -> Executable:
+        """The program compiled for the devices its options assign, all in `allowed`; its host
+        callbacks call the client's through `host_calls` (refused without one)."""
         if any(marker in code for marker in TILE_MARKERS):
             raise NotImplementedError(NO_TILE_PROGRAMS)
         try:
@@ -176,10 +181,13 @@ class Backend:
                 f"the program runs on ipu devices {outside}, outside this session's partition "
                 f"{sorted(allowed)}")
         devices = [self.device(i) for i in ids]
-        signature = read_signature(code)
+        signature = read_signature(code, calls_back=host_calls is not None)
+        stand_ins: list[Any] = []
+        if host_calls is not None and numerics.calls_host(code):
+            code, stand_ins = _calling_back(code, host_calls)
         loaded = self.client.compile_and_load(code, _internals.DeviceList(tuple(devices)),
                                               compile_options)
-        return Executable(loaded, devices, signature)
+        return Executable(loaded, devices, signature, stand_ins)
 
 
 @dataclass(frozen=True)
@@ -191,10 +199,11 @@ class Signature:
     name: str
 
 
-def read_signature(code: bytes) -> Signature:
+def read_signature(code: bytes, calls_back: bool = False) -> Signature:
     """What the server needs of a program beyond what jaxlib says: its results' global shapes
     (jaxlib gives one device's) and the arguments jax marked donated; NotImplementedError for a
-    program that calls into the client's process (CLIENT_CALLS)."""
+    program that calls into the client's process (CLIENT_CALLS), but for the host callbacks
+    the server calls back (lowering.HOST_CALLBACK_TARGETS) when `calls_back`."""
     with program.lent_context(len(code)) as context:
         module = program.parse(code, context)
         with module.context, ir.Location.unknown(module.context):
@@ -222,19 +231,53 @@ def read_signature(code: bytes) -> Signature:
                         donated.append(i)
             name = (ir.StringAttr(module.operation.attributes["sym_name"]).value
                     if "sym_name" in module.operation.attributes else "main")
-            _refuse_client_calls(module)
+            _refuse_client_calls(module, lowering.HOST_CALLBACK_TARGETS if calls_back else ())
     return Signature(tuple(results), tuple(donated), name)
 
 
-def _refuse_client_calls(module: ir.Module) -> None:
+def _calling_back(code: bytes, host_calls: hostcalls.Channel) -> tuple[bytes, list[Any]]:
+    """The program (as MLIR bytecode) with each host callback's key, the client's, made the key
+    of a stand-in here that calls the client's callable through `host_calls`; the stand-ins,
+    which the executable keeps alive (this process holds them weakly)."""
+    keys: dict[int, tuple[int, Any]] = {}  # the client's key -> (this process's, stand-in)
+    unkeyed: list[str] = []  # raised after the walk, which turns its callback's errors into others
+    with program.lent_context(len(code)) as context:
+        module = program.parse(code, context)
+        with module.context, ir.Location.unknown(module.context):
+            u64 = ir.IntegerType.get_unsigned(64)
+
+            def visit(op: Any) -> Any:
+                if (op.name == "stablehlo.custom_call" and "call_target_name" in op.attributes
+                        and ir.StringAttr(op.attributes["call_target_name"]).value
+                        in lowering.HOST_CALLBACK_TARGETS):
+                    try:
+                        config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+                        key = ir.IntegerAttr(config["index"]).value
+                    except (KeyError, ValueError):
+                        unkeyed.append(str(op.location))
+                        return ir.WalkResult.INTERRUPT
+                    if key not in keys:
+                        stand_in = host_calls.function(key)
+                        keys[key] = (lowering.file_callback(stand_in), stand_in)
+                    op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
+                        {"index": ir.IntegerAttr.get(u64, keys[key][0])})
+                return ir.WalkResult.ADVANCE
+
+            module.operation.walk(visit)
+            if unkeyed:
+                raise ProtocolError(f"a host callback without its index, at {unkeyed[0]}")
+            return module.operation.get_asm(binary=True), [f for _, f in keys.values()]
+
+
+def _refuse_client_calls(module: ir.Module, called_back: Sequence[str]) -> None:
     """NotImplementedError for the first custom call (in any function or region) that names
-    something of the client's process (CLIENT_CALLS)."""
+    something of the client's process (CLIENT_CALLS), but for targets in `called_back`."""
     found: list[tuple[str, str]] = []
 
     def visit(op: Any) -> Any:
         if op.name == "stablehlo.custom_call" and "call_target_name" in op.attributes:
             target = ir.StringAttr(op.attributes["call_target_name"]).value
-            if target in CLIENT_CALLS:
+            if target in CLIENT_CALLS and target not in called_back:
                 found.append((target, str(op.location)))
                 return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
@@ -255,10 +298,12 @@ def shards(array: Any) -> list[Any]:
 class Executable:
     """A loaded program and what the protocol asks of it."""
 
-    def __init__(self, loaded: Any, devices: list[Any], signature: Signature) -> None:
+    def __init__(self, loaded: Any, devices: list[Any], signature: Signature,
+                 stand_ins: Sequence[Any] = ()) -> None:
         self.loaded = loaded
         self.devices = devices
         self.signature = signature
+        self.stand_ins = list(stand_ins)  # what its host callbacks call, held while it lives
         kinds = loaded.get_output_memory_kinds()
         self.output_kinds: list[str] = list(kinds[0]) if kinds else []
         if self.output_kinds and len(self.output_kinds) != len(signature.results):
@@ -288,8 +333,13 @@ class Executable:
         return [_internals.GSPMDSharding(self.devices, op, memory_kind=k)
                 for op, k in zip(ops, kinds, strict=True)]
 
-    def execute(self, args: Sequence[Any]) -> list[Any]:
-        return self.loaded.execute_sharded(list(args)).consume_with_handlers(self._result_handlers)
+    def execute(self, args: Sequence[Any], with_token: bool = False) -> tuple[list[Any], Any]:
+        """The outputs, and with `with_token` what says when the call has finished on every
+        device (jaxlib's ShardedToken; None without): a program with no outputs, or effects
+        that outlive them, has nothing else to wait for."""
+        results = self.loaded.execute_sharded(list(args), with_tokens=with_token)
+        token = results.consume_token() if with_token else None
+        return results.consume_with_handlers(self._result_handlers), token
 
     def cost_analysis(self) -> dict[str, Any]:
         """jax's cost_analysis() figures, cycle counts exact (attribute maps hold float32), and

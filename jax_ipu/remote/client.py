@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_ipu import _internals, config
 from jax_ipu.errors import IpuConfigError, IpuError
+from jax_ipu.remote import callback_poller, hostcalls
 from jax_ipu.remote.inflight import PutWindow, ReadWindow
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def address() -> str:
 
 
 def connection_options() -> Any:
-    """jaxlib's ClientConnectionOptions for the flags: timeout, token, partition size."""
+    """jaxlib's ClientConnectionOptions for the flags: timeout, token, partition size, and this
+    process's host-callback channel."""
     from jax.extend.backend import ifrt_proxy
 
     options = ifrt_proxy.ClientConnectionOptions()
@@ -79,6 +81,7 @@ def connection_options() -> Any:
     shared = shared_dir()
     if shared:
         data[SHARED_DIR_KEY] = shared.encode()
+    data[hostcalls.CHANNEL_KEY] = callback_poller.SECRET.encode()
     # No on_disconnect callback: jaxlib calls it from its own thread, and a Python callable
     # called while the interpreter exits aborts the process.
     options.initialization_data = data
@@ -164,8 +167,9 @@ def register(platform: str, priority: int) -> None:
     """Make `platform` the remote IPU Model (in place of the local plugin)."""
     from jax.extend.backend import register_backend_factory
 
-    address()  # a malformed address is refused now, naming the flag
+    target = address()  # a malformed address is refused now, naming the flag
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
+    callback_poller.serve(target)
     _internals.wrap_batched_device_put(functools.partial(_sent_to_proxy, platform))
     _internals.wrap_shard_arg_handler(_internals.ArrayImpl, _through_host_across_clients)
     _internals.wrap_copy_to_host_async(functools.partial(_read_within_window, platform))

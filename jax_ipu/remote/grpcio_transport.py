@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from jax_ipu.protowire import WireError, fields
+from jax_ipu.remote import hostcalls
 from jax_ipu.remote import schema as schema_mod
 from jax_ipu.remote.hostbuffers import CHUNK
 from jax_ipu.remote.session import Status, status_of
@@ -67,7 +68,8 @@ class GrpcioTransport:
 
         prefix = f"/{schema_mod.SERVICE}/"
         methods = {prefix + name: unary(name)
-                   for name in ("GetVersion", "HostBufferDelete", "HostBufferReadFromDisk")}
+                   for name in ("GetVersion", "HostBufferDelete", "HostBufferReadFromDisk",
+                                hostcalls.POLL, hostcalls.RETURN)}
         methods[prefix + "IfrtSession"] = stream(grpc.stream_stream_rpc_method_handler,
                                                  self._session)
         methods[prefix + "HostBufferStore"] = stream(grpc.stream_unary_rpc_method_handler,

@@ -1,6 +1,7 @@
 """The server's calls carried by gRPC's C++ core (native/transport.cc), built here on first use
 with the system's C++ compiler and gRPC C++ library, and cached sealed like vertex builds;
-requests that may wait are answered on worker threads, never on the transport's one thread."""
+requests that may wait (a session's, a host-callback poll) are answered on worker threads, never
+on the transport's one thread."""
 
 from __future__ import annotations
 
@@ -159,6 +160,21 @@ class _Workers:
                                  daemon=True).start()
         self._jobs.put(job)
 
+    def answer(self, handle: Callable[[Callable[[Callable[[], Any]], None]], Any]
+               ) -> tuple[int, str | None, Any]:
+        """handle(defer)'s answer, or, when it deferred work, DEFERRED and what transport.cc
+        calls to have a worker answer with work()."""
+        later: list[Callable[[], Any]] = []
+        answer = _answer(lambda: handle(later.append))
+        if not later or answer[0] != 0:
+            return answer
+        work = later[0]
+
+        def submit(reply: Callable[[tuple[int, str | None, Any]], None]) -> None:
+            self.submit(lambda: reply(_answer(work)))
+
+        return DEFERRED, None, submit
+
     def _work(self) -> None:
         while True:
             job = self._jobs.get()
@@ -179,16 +195,7 @@ class _Session:
         self._workers = workers
 
     def message(self, data: bytes) -> tuple[int, str | None, Any]:
-        later: list[Callable[[], Any]] = []
-        answer = _answer(lambda: self._stream.message(data, later.append))
-        if not later or answer[0] != 0:
-            return answer
-        work = later[0]
-
-        def submit(reply: Callable[[tuple[int, str | None, Any]], None]) -> None:
-            self._workers.submit(lambda: reply(_answer(work)))
-
-        return DEFERRED, None, submit
+        return self._workers.answer(lambda defer: self._stream.message(data, defer))
 
     def cancelled(self) -> None:
         self._stream.cancelled()
@@ -220,7 +227,7 @@ class _Service:
         return _answer(lambda: self._service.lookup(data))
 
     def unary(self, method: str, data: bytes) -> tuple[int, str | None, Any]:
-        return _answer(lambda: self._service.unary(method, data))
+        return self._workers.answer(lambda defer: self._service.unary(method, data, defer))
 
 
 class NativeTransport:

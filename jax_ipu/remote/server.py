@@ -23,8 +23,9 @@ from typing import Any
 import jax
 
 from jax_ipu.errors import IpuError
+from jax_ipu.protowire import Message
+from jax_ipu.remote import hostcalls, transports
 from jax_ipu.remote import schema as schema_mod
-from jax_ipu.remote import transports
 from jax_ipu.remote.backend import Backend
 from jax_ipu.remote.client import DEVICES_KEY, SHARED_DIR_KEY, TOKEN_KEY
 from jax_ipu.remote.hostbuffers import HostBufferError
@@ -231,6 +232,12 @@ class IfrtProxyServer:
         count = options.get(DEVICES_KEY)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
             raise Status("INVALID_ARGUMENT", f"devices={count!r}: a whole number of devices")
+        secret = options.get(hostcalls.CHANNEL_KEY)
+        low, high = hostcalls.CHANNEL_BYTES
+        if secret is not None and not (isinstance(secret, str) and low * 2 <= len(secret)
+                                       <= high * 2):
+            raise Status("INVALID_ARGUMENT", f"{hostcalls.CHANNEL_KEY}: a secret of {low} to "
+                         f"{high} bytes, as hexadecimal text")
         try:
             shared = SharedDir(options[SHARED_DIR_KEY]) if SHARED_DIR_KEY in options else None
         except HostBufferError as exc:
@@ -244,7 +251,7 @@ class IfrtProxyServer:
                                  f"sessions, its limit: try again when one ends")
                 partition = self.partitions.take(session_id, count)
                 session = Session(self.schema, self.backend, session_id, partition.device_ids,
-                                  shared)
+                                  shared, hostcalls.Channel(secret) if secret else None)
                 self.sessions[session_id] = session
         except BaseException:
             if shared is not None:
@@ -342,11 +349,52 @@ class IfrtProxyServer:
             raise self._refused(header.session_id, exc) from None
         return b""
 
-    def unary(self, method: str, data: bytes) -> bytes:
-        """The answer to a call of one request and one answer, by its method's name."""
+    # ---- host callbacks (hostcalls.py) ----
+    def _host_calls(self, channel: str) -> hostcalls.Channel:
+        with self._lock:
+            found = [s.host_calls for s in self.sessions.values()
+                     if s.host_calls is not None
+                     and hmac.compare_digest(s.host_calls.secret.encode(), channel.encode())]
+        if not found:
+            raise Status("NOT_FOUND", "no session on this server has this host-callback "
+                         "channel (it ended?)")
+        return found[0]
+
+    def host_callback_poll(self, data: bytes, defer: Defer | None = None) -> bytes | None:
+        """The calls a session's programs made to its client's host callbacks: those waiting,
+        or the first within the poll's wait (on a worker, when the transport can defer)."""
+        request = Message(data)  # WireError: INVALID_ARGUMENT
+        channel = self._host_calls(request.text(1))
+        wait = request.integer(2) / 1000
+
+        def poll() -> bytes:
+            try:
+                return channel.poll(wait)
+            except hostcalls.CallbackError as exc:
+                raise Status("NOT_FOUND", str(exc)) from None
+
+        if defer is None:
+            return poll()
+        defer(poll)
+        return None
+
+    def host_callback_return(self, data: bytes) -> bytes:
+        request = Message(data)  # WireError: INVALID_ARGUMENT
+        try:
+            self._host_calls(request.text(1)).answer(request)
+        except KeyError as exc:
+            raise Status("NOT_FOUND", str(exc.args[0])) from None
+        return b""
+
+    def unary(self, method: str, data: bytes, defer: Defer | None = None) -> bytes | None:
+        """The answer to a call of one request and one answer, by its method's name (a poll
+        for host callbacks may hand `defer` the work that answers it, and return None)."""
+        if method == hostcalls.POLL:
+            return self.host_callback_poll(data, defer)
         handler = {"GetVersion": self.get_version,
                    "HostBufferDelete": self.host_buffer_delete,
-                   "HostBufferReadFromDisk": self.host_buffer_read_from_disk}.get(method)
+                   "HostBufferReadFromDisk": self.host_buffer_read_from_disk,
+                   hostcalls.RETURN: self.host_callback_return}.get(method)
         if handler is None:
             raise Status("UNIMPLEMENTED", f"method {method} is not one of "
                          f"{schema_mod.SERVICE}'s")
@@ -400,9 +448,12 @@ class SessionStream:
         return self._session.init_response(op_id, server.backend.client.platform_version), True
 
     def cancelled(self) -> None:
-        """The client is gone: a request waiting for one of its host buffers stops waiting."""
+        """The client is gone: a request waiting for one of its host buffers, or a computation
+        waiting in one of its host callbacks, stops waiting."""
         if self._session is not None:
             self._session.host_buffers.close("the client disconnected")
+            if self._session.host_calls is not None:
+                self._session.host_calls.close("the client disconnected")
 
     def end(self, reason: str) -> None:
         """The stream is over: the session's arrays, executables and devices are freed."""

@@ -21,6 +21,7 @@ from jax_ipu import _internals
 from jax_ipu.errors import IpuCompileError, IpuError, IpuOutOfMemoryError
 from jax_ipu.protowire import Message, WireError
 from jax_ipu.remote import backend as backend_mod
+from jax_ipu.remote import hostcalls
 from jax_ipu.remote.backend import NO_HOST_CALLBACKS, Backend, Executable
 from jax_ipu.remote.hostbuffers import HostBufferError, HostBuffers
 from jax_ipu.remote.ifrt import XLA_COMPILE_OPTIONS, XLA_PROGRAM, Codec, ProtocolError
@@ -89,7 +90,8 @@ class Session:
     its host buffers are shared with the HostBufferStore calls."""
 
     def __init__(self, schema: Schema, backend: Backend, session_id: int,
-                 device_ids: Sequence[int], shared_dir: SharedDir | None = None) -> None:
+                 device_ids: Sequence[int], shared_dir: SharedDir | None = None,
+                 host_calls: hostcalls.Channel | None = None) -> None:
         self.m = schema.message
         self.codec = Codec(schema)
         self.backend = backend
@@ -98,12 +100,15 @@ class Session:
         self.allowed = frozenset(device_ids)
         self.host_buffers = HostBuffers()
         self.shared_dir = shared_dir  # where a client on this host writes large host buffers
+        self.host_calls = host_calls  # where its programs call the client's host callbacks
         self.arrays: dict[int, Any] = {}  # handle -> jax Array, or the Status it failed with
         self.executables: dict[int, Executable] = {}
         # check_future handles: None (done) or the Status the future failed with
         self.futures: dict[int, Status | None] = {}
-        # execute status handles: the outputs to wait for, or the Status the call failed with
+        # execute status handles: the outputs to wait for, or the Status the call failed with;
+        # and what says when the call finished on every device (its effects too: callbacks)
         self.results: dict[int, list[Any] | Status] = {}
+        self.finished: dict[int, Any] = {}
         # an output of each computation in flight, oldest first (all of one call finish together)
         self.running: collections.deque[Any] = collections.deque()
         self._handles = itertools.count(SERVER_HANDLES)
@@ -152,12 +157,16 @@ class Session:
 
     def _may_wait(self, which: str, req: Any) -> bool:
         """Whether answering `req` may wait: for the compiler (or the model's reports), a value
-        being computed, or a host buffer still on its way. Anything else is answered at once
-        (an execute only starts its computation; an unknown handle is an error answer)."""
+        being computed, a host buffer still on its way, or the client's host callbacks. Anything
+        else is answered at once (an execute only starts its computation; an unknown handle is
+        an error answer)."""
         if which in _SLOW:
             return True
         if which == "loaded_executable_execute_request":
-            return len(self.running) >= RUNNING_PER_SESSION
+            # A program that calls the client's host callbacks waits for the client's poll
+            exe = self.executables.get(req.loaded_executable_handle)
+            return (len(self.running) >= RUNNING_PER_SESSION
+                    or (exe is not None and bool(exe.stand_ins)))
         if which == "make_array_from_host_buffer_request":
             return self.host_buffers.peek(req.host_buffer_handle) is None
         if which == "make_arrays_from_host_buffer_shards_request":
@@ -169,7 +178,8 @@ class Session:
             return not self._ready([self.arrays.get(req.array_handle)])
         if which == "loaded_executable_fetch_execute_result_request":
             result = self.results.get(req.result_status_handle)
-            return isinstance(result, list) and not self._ready(result)
+            return ((isinstance(result, list) and not self._ready(result))
+                    or req.result_status_handle in self.finished)
         return False
 
     @staticmethod
@@ -207,6 +217,8 @@ class Session:
         what was freed, in words."""
         buffered = self.host_buffers.held
         self.host_buffers.close(reason)
+        if self.host_calls is not None:  # a computation waiting on the client fails now
+            self.host_calls.close(f"the client's session ended ({reason})")
         # one array may have several handles (a shard of itself)
         arrays = list({id(a): a for a in self.arrays.values()
                        if not isinstance(a, Status)}.values())
@@ -215,6 +227,7 @@ class Session:
         self.executables.clear()
         self.futures.clear()
         self.results.clear()
+        self.finished.clear()
         self.running.clear()
         freed = 0
         for array in arrays:
@@ -451,7 +464,7 @@ class Session:
                 outputs.append((shape, self.codec.dtype(spec.dtype),
                                 self._placement(spec.sharding, shape)))
             slots = _remapped(plan.mappings, held, [len(p.devices) for _, _, p in outputs])
-            always, _ = self.codec.copying(req.copy_semantics)
+            always, donate = self.codec.copying(req.copy_semantics)
             made = []
             for (shape, dtype, placement), shards in zip(outputs, slots, strict=True):
                 if any(shard is None for shard in shards):
@@ -461,6 +474,9 @@ class Session:
                     shards = [self.backend.copy(shard, [], None, always=True)
                               for shard in shards]
                 made.append(self.backend.assemble(shape, dtype, placement, shards))
+            if donate:  # the outputs own the inputs' buffers now: the inputs read as deleted
+                for handle in req.array_handles:
+                    self.arrays[handle] = DONATED
             return made
 
         handles = self._fill(list(req.result_handles), make)
@@ -519,7 +535,7 @@ class Session:
                          "XlaCompileOptionsProto") from None
         executable = self.backend.compile(req.program.data,
                                           options.compile_options.SerializeToString(),
-                                          self.allowed)
+                                          self.allowed, self.host_calls)
         handle = self._new_handle()
         self.executables[handle] = executable
         ids = [d.id for d in executable.devices]
@@ -583,7 +599,10 @@ class Session:
             args = self._arrays(req.args_handles)
             while len(self.running) >= RUNNING_PER_SESSION:
                 _wait(self.running.popleft())
-            outputs.extend(exe.execute(args))
+            results, finished = exe.execute(args, with_token=bool(status_handle))
+            outputs.extend(results)
+            if finished is not None:
+                self.finished[status_handle] = finished
             if outputs:
                 self.running.append(outputs[0])
             return outputs
@@ -620,10 +639,13 @@ class Session:
         result = self.results.pop(req.result_status_handle, None)
         if result is None:
             raise Status("NOT_FOUND", f"unknown result status handle {req.result_status_handle}")
+        finished = self.finished.pop(req.result_status_handle, None)
         if isinstance(result, Status):
             raise result
         for array in result:  # the call's errors surface here
             array.block_until_ready()
+        if finished is not None:  # and its effects' (a failed host callback, say)
+            finished.block_until_ready()
         return self.m("xla.ifrt.proxy.LoadedExecutableFetchExecuteResultResponse")()
 
     def _loaded_executable_cost_analysis(self, req: Any) -> Any:
@@ -720,6 +742,23 @@ def _remapped(mappings: Iterable[Any], held: list[list[Any]], sizes: list[int]
             for f, t in zip(froms, tos, strict=True):
                 target[t] = source[f]
     return slots
+
+
+class _Donated:
+    """What a handle holds once its array was donated to a remap: deleted to the client, while
+    its buffers live on in the remap's outputs (deleting the array would free them)."""
+
+    nbytes = 0
+
+    @staticmethod
+    def is_deleted() -> bool:
+        return True
+
+    def delete(self) -> None:
+        pass
+
+
+DONATED = _Donated()
 
 
 def _finished(array: Any) -> bool:

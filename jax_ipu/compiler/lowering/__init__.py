@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from jax_ipu import _internals as jx
 from jax_ipu.compiler.lowering import callbacks, linalg, prng, topk
-from jax_ipu.compiler.lowering.callbacks import HOST_CALLBACK_TARGETS, host_callbacks
+from jax_ipu.compiler.lowering.callbacks import HOST_CALLBACK_TARGETS, file_callback, host_callbacks
 from jax_ipu.compiler.lowering.tracing import decomposition
 
-__all__ = ["HOST_CALLBACK_TARGETS", "host_callbacks", "register"]
+__all__ = ["HOST_CALLBACK_TARGETS", "file_callback", "host_callbacks", "register"]
 
 
 def register(platform: str) -> None:

@@ -1,4 +1,5 @@
-"""Host callbacks for platform "ipu": jax's CPU callback lowerings, run by the XLA:CPU numerics.
+"""Host callbacks for platform "ipu": jax's CPU callback lowerings, run by the XLA:CPU numerics
+(on a server, calling back the remote client's callables: remote/hostcalls.py).
 
 Covers pure_callback, io_callback, jax.debug.print/callback and checkify's runtime check."""
 
@@ -11,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from jax_ipu import _internals as jx
-from jax_ipu import config
 from jax_ipu.compiler.lowering.tracing import Rule
 from jax_ipu.errors import IpuCompileError
 
@@ -22,17 +22,15 @@ from jax_ipu.errors import IpuCompileError
 _HOST_CALLBACKS: weakref.WeakValueDictionary[int, Callable[..., Any]] = (
     weakref.WeakValueDictionary())
 _keys = itertools.count()
+# A remote client's callables, by key: held for the process's life, since the program that names
+# one lives on the server, where nothing of the client's can hold it (jaxlib's proxy client takes
+# no Python callables with a program).
+_REMOTE_CALLBACKS: dict[int, Callable[..., Any]] = {}
+# In a remote client: what makes sure its server's calls are answered (answer_remotely).
+_answer_remotely: Callable[[], None] | None = None
 
 # The custom-call targets that name a Python host callback in an ipu program.
 HOST_CALLBACK_TARGETS = ("xla_ffi_python_cpu_callback",)
-REMOTE = (
-    "Host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback, io_callback, "
-    "checkify.check with jax_experimental_unsafe_xla_runtime_errors, and jax_ipu's "
-    "InfeedQueue/OutfeedQueue) cannot run on a remote IPU Model (JAX_IPU_REMOTE is set): the "
-    "IFRT proxy protocol carries host callbacks, but jaxlib's client runs them only in "
-    "Google's internal builds; the pip-installed jaxlib answers every one 'ExecuteLoadedHost"
-    "Callback is unsupported'. Run this program on a local IPU Model (unset JAX_IPU_REMOTE), "
-    "or return the values from the jitted function instead of calling back.")
 
 
 def host_callbacks(keys: list[int]) -> list[Callable[..., Any]]:
@@ -43,6 +41,26 @@ def host_callbacks(keys: list[int]) -> list[Callable[..., Any]]:
         raise IpuCompileError(
             f"host callback {e.args[0]} of this program no longer exists: compile the program "
             "again from its jax function") from None
+
+
+def answer_remotely(start: Callable[[], None]) -> None:
+    """Make this process a remote client's: host callbacks lower to calls the server makes back,
+    which start() makes sure something here answers (remote/client.py)."""
+    global _answer_remotely
+    _answer_remotely = start
+
+
+def remote_callback(key: int) -> Callable[..., Any] | None:
+    """A remote client's callable of `key` (what a server's call names), or None."""
+    return _REMOTE_CALLBACKS.get(key)
+
+
+def file_callback(fn: Callable[..., Any]) -> int:
+    """A new key for `fn` (held weakly: the caller keeps it alive), as a lowering files one; a
+    server files its stand-ins for a client's callables so (remote/backend.py)."""
+    key = next(_keys)
+    _HOST_CALLBACKS[key] = fn
+    return key
 
 
 class _KeyedCallbacks(list):
@@ -57,12 +75,20 @@ class _KeyedCallbacks(list):
         self.last_key = -1
 
     def append(self, fn: Any) -> None:
-        self.last_key = next(_keys)
-        _HOST_CALLBACKS[self.last_key] = fn
+        self.last_key = file_callback(fn)
         self.module_callbacks.append(fn)
 
     def __len__(self) -> int:
         return self.last_key + 1
+
+
+class _RemoteCallbacks(_KeyedCallbacks):
+    """The same for a remote client: the callable is kept here, not in the module's list, which
+    jax would hand to jaxlib's proxy client ('Unsupported host callback type')."""
+
+    def append(self, fn: Any) -> None:
+        self.last_key = next(_keys)
+        _REMOTE_CALLBACKS[self.last_key] = fn
 
 
 def _as_cpu_callback(rule: Rule) -> Rule:
@@ -74,8 +100,7 @@ def _as_cpu_callback(rule: Rule) -> Rule:
     bookkeeping (keep-alive, token threading, no fast path)."""
 
     def lower(ctx: Any, *args: Any, **params: Any) -> Any:
-        if config.value("jax_ipu_remote").strip():
-            raise ValueError(REMOTE)
+        module = ctx.module_context
         if "cpu" not in jx.backends():
             # JAX runs every callback with its inputs on a CPU device. Refused here, at compile,
             # rather than when the program runs, where a multi-device program would wait forever
@@ -85,9 +110,13 @@ def _as_cpu_callback(rule: Rule) -> Rule:
                 "io_callback, checkify.check with jax_experimental_unsafe_xla_runtime_errors) "
                 "run on the host's CPU device, and JAX_PLATFORMS/jax_platforms leaves out cpu: "
                 "list it too, e.g. JAX_PLATFORMS=ipu,cpu.")
-        module = ctx.module_context
+        if _answer_remotely is not None:  # a remote client: the server calls, it answers
+            _answer_remotely()  # ValueError naming what is missing
+            keyed: _KeyedCallbacks = _RemoteCallbacks(module.host_callbacks)
+        else:
+            keyed = _KeyedCallbacks(module.host_callbacks)
         cpu_module = dataclasses.replace(module, platforms=("cpu",), backend=None,
-                                         host_callbacks=_KeyedCallbacks(module.host_callbacks))
+                                         host_callbacks=keyed)
         cpu_ctx = dataclasses.replace(ctx, module_context=cpu_module)
         outs = rule(cpu_ctx, *args, **params)
         if cpu_ctx.tokens_out is not None:  # ordered effects thread their token on

@@ -140,7 +140,7 @@ class Call {
   explicit Call(Transport* transport);
   ~Call();
 
-  // A deferred session request's answer (from its Reply; the GIL is held).
+  // A deferred session or unary request's answer (from its Reply; the GIL is held).
   void Deferred(Answer answer);
 
  private:
@@ -164,6 +164,7 @@ class Call {
   void Release();
   PyObject* Metadata();
   void EndSession(const char* reason);
+  void UnaryPayload(Answer& answer, std::string* out);
   void SessionPayload(Answer& answer, std::string* out);
   void SendSession(const Answer& answer, const std::string& out);
   void Defer(PyObject* submit);
@@ -471,22 +472,31 @@ void Call::ReadDone(bool ok) {
         Gil gil;
         answer = Unpack(PyObject_CallMethod(transport_->service, "unary", "sN", method_.c_str(),
                                           Bytes(in_)));
-        if (answer.status.ok()) {
-          char* bytes = nullptr;
-          Py_ssize_t size = 0;
-          if (PyBytes_AsStringAndSize(answer.payload, &bytes, &size) == 0) {
-            out.assign(bytes, static_cast<size_t>(size));
-          } else {
-            answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
-          }
+        if (answer.deferred) {  // a host-callback poll: answered when a call comes, or later
+          Defer(answer.payload);
           Py_CLEAR(answer.payload);
+          return;
         }
+        UnaryPayload(answer, &out);
       }
       grpc::ByteBuffer reply = Buffer(out.data(), out.size());
       StartFinish(answer.status, &reply);
       return;
     }
   }
+}
+
+// A unary handler's payload, its reply bytes, into `out`; the GIL is held.
+void Call::UnaryPayload(Answer& answer, std::string* out) {
+  if (!answer.status.ok()) return;
+  char* bytes = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(answer.payload, &bytes, &size) == 0) {
+    out->assign(bytes, static_cast<size_t>(size));
+  } else {
+    answer.status = grpc::Status(grpc::StatusCode::INTERNAL, PythonErrorText());
+  }
+  Py_CLEAR(answer.payload);
 }
 
 // A session handler's payload, (reply bytes, go on), into `out` and go_on_; the GIL is held.
@@ -518,7 +528,7 @@ void Call::SendSession(const Answer& answer, const std::string& out) {
 PyObject* NewReply(Call* call);
 void Answered(PyObject* reply, Answer answer);
 
-// Hands a session request to submit(reply); the call lives until the reply. The GIL is held.
+// Hands a session or unary request to submit(reply); the call lives until the reply. The GIL is held.
 void Call::Defer(PyObject* submit) {
   ++pending_;
   transport_->Deferring();
@@ -541,8 +551,14 @@ void Call::Defer(PyObject* submit) {
 
 void Call::Deferred(Answer answer) {
   std::string out;
-  SessionPayload(answer, &out);
-  SendSession(answer, out);
+  if (kind_ == Kind::kUnary) {
+    UnaryPayload(answer, &out);
+    grpc::ByteBuffer reply = Buffer(out.data(), out.size());
+    StartFinish(answer.status, &reply);
+  } else {
+    SessionPayload(answer, &out);
+    SendSession(answer, out);
+  }
   Transport* transport = transport_;
   Release();  // before the transport may be shut down: the call belongs to its server
   transport->Undeferred();
