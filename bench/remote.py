@@ -2,6 +2,7 @@
 local process and in a remote client, in alternating rounds (not a test: speed goes here).
 
 - a call plus read-back of float32[8] (`np.asarray(f(x))`, f = a*2+1): median;
+- the same with a host callback (an identity pure_callback), which a server calls back: median;
 - a 64 MiB device_put (until ready) and its read-back: MB/s each way, median of the rounds;
 - a training step of the MNIST example (784-512-512-10 MLP, batch 128, SGD with momentum,
   donated state, each batch put from the host as the example does): time per step.
@@ -71,6 +72,17 @@ def worker(calls: int, steps: int) -> dict[str, float]:
             times.append(time.perf_counter() - start)
     out["call_read_s"] = statistics.median(times)
     out["call_read_server_cpu_s"] = (server_cpu() - cpu) / calls
+
+    # a host callback's round trip: locally a call into this process, remotely the server's
+    # call back to this client (a poll answered, the result returned)
+    echo = jax.jit(lambda a: jax.pure_callback(lambda v: v, a, a))
+    times = []
+    for i in range(calls // 5 + calls // 50):
+        start = time.perf_counter()
+        np.asarray(echo(x))
+        if i >= calls // 50:
+            times.append(time.perf_counter() - start)
+    out["callback_s"] = statistics.median(times)
 
     host = np.random.default_rng(0).standard_normal(64 * MIB // 4).astype(np.float32)
     puts, reads = [], []
@@ -189,6 +201,8 @@ def main() -> None:
     rows: list[tuple[str, Any, Any, str]] = [
         ("call + read-back of float32[8]", med("local", "call_read_s") * 1e3,
          med("remote", "call_read_s") * 1e3, "ms (target: remote <= 1 ms)"),
+        ("call with a host callback", med("local", "callback_s") * 1e3,
+         med("remote", "callback_s") * 1e3, "ms (no target)"),
         ("64 MiB device_put", 64 * MIB / med("local", "put_64mib_s") / 1e6,
          64 * MIB / med("remote", "put_64mib_s") / 1e6, "MB/s (target: remote >= 500)"),
         ("64 MiB read-back", 64 * MIB / med("local", "read_64mib_s") / 1e6,

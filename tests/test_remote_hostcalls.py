@@ -125,6 +125,27 @@ def test_a_poll_with_nothing_to_take_is_answered_with_no_calls() -> None:
     assert hostcalls.read_poll_response(hostcalls.Channel(SECRET).poll(0.01)) == []
 
 
+def test_a_newer_poll_ends_the_wait_of_the_one_before() -> None:
+    """So a client (a hostile one too) holds at most one server thread in polls."""
+    channel = hostcalls.Channel(SECRET)
+    first, first_out = _in_thread(lambda: channel.poll(hostcalls.POLL_WAIT_S))
+    for _ in range(100):  # bounded: until the first poll waits
+        with channel._lock:
+            if channel._polls:
+                break
+        threading.Event().wait(0.01)
+    second, second_out = _in_thread(lambda: channel.poll(hostcalls.POLL_WAIT_S))
+    first.join(hostcalls.POLL_WAIT_S / 2)
+    assert not first.is_alive() and first_out["value"] == b""
+    call, call_out = _in_thread(lambda: channel.function(9)(np.ones(1, np.float32)))
+    second.join(30)
+    taken = hostcalls.read_poll_response(second_out["value"])
+    assert [c.key for c in taken] == [9]
+    channel.answer(_return(taken[0].call_id, [np.zeros(1, np.float32)]))
+    call.join(30)
+    assert call_out["value"][0].tolist() == [0.0]
+
+
 PROGRAM = """
 module @m {
   func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {

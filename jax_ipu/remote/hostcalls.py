@@ -131,6 +131,7 @@ class Channel:
         self._sent: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._closed: str | None = None
+        self._polls = 0  # polls so far: only the latest waits
 
     def function(self, key: int) -> Callable[..., tuple[Any, ...]]:
         """What XLA calls on the server for the client's function `key`: the client's results,
@@ -160,10 +161,15 @@ class Channel:
         return call
 
     def poll(self, wait_s: float) -> bytes:
-        """The calls queued now, or the first to come within `wait_s` (none after that)."""
+        """The calls queued now, or the first to come within `wait_s` (none after that). One
+        poll waits at a time: a newer one ends the wait of the one before (with no calls), so
+        a session holds at most one of the server's threads in polls."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), POLL_WAIT_S)
         with self._lock:
-            while not self._queued and self._closed is None:
+            self._polls += 1
+            mine = self._polls
+            self._lock.notify_all()
+            while not self._queued and self._closed is None and self._polls == mine:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -140,8 +140,9 @@ def _answer(work: Any) -> tuple[int, str | None, Any]:
 
 class _Workers:
     """Threads that answer deferred requests: each job gets an idle thread or a new one, so no
-    job waits behind another (a session defers one request at a time, so there are never more
-    threads than sessions at once). Daemon threads: a job still waiting when the interpreter
+    job waits behind another (a session defers one request at a time and waits in one
+    host-callback poll at a time, so there are never more threads than twice the sessions at
+    once). Daemon threads: a job still waiting when the interpreter
     exits without stopping the server must not hold its exit."""
 
     def __init__(self) -> None:

@@ -358,7 +358,7 @@ class IfrtProxyServer:
         if not found:
             raise Status("NOT_FOUND", "no session on this server has this host-callback "
                          "channel (it ended?)")
-        return found[0]
+        return found[-1]  # a client that connected again: its newest session
 
     def host_callback_poll(self, data: bytes, defer: Defer | None = None) -> bytes | None:
         """The calls a session's programs made to its client's host callbacks: those waiting,
