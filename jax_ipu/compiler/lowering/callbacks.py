@@ -97,7 +97,8 @@ def _as_cpu_callback(rule: Rule) -> Rule:
     JAX admits callbacks only when lowering for cpu/cuda/rocm/tpu; the ipu program's numerics run
     on XLA:CPU, so the CPU form is the one that runs. The callable is filed under the key the
     custom call carries, and also goes into the module's own list so JAX keeps its usual
-    bookkeeping (keep-alive, token threading, no fast path)."""
+    bookkeeping (keep-alive, token threading, no fast path); in a remote client it is kept for
+    the server's calls back instead (_RemoteCallbacks)."""
 
     def lower(ctx: Any, *args: Any, **params: Any) -> Any:
         module = ctx.module_context
