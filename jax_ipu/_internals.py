@@ -166,6 +166,16 @@ _compiler = _module("jax._src.compiler")
 
 # jax compiles every program inside this function, on the thread of the user's call.
 backend_compile_and_load = _attr(_compiler, "backend_compile_and_load")
+# Every compile goes through this function, which pxla looks up at each call.
+_attr(_compiler, "compile_or_get_cached", ("backend", "computation", "devices",
+                                           "compile_options", "host_callbacks"))
+
+
+def wrap_compile(wrap: Wrap) -> None:
+    """Have every compile jax asks for go through wrap(jax's own) (once)."""
+    _compiler.compile_or_get_cached = _wrapped_once(_compiler.compile_or_get_cached, wrap)
+
+
 # handler(JaxRuntimeError) -> exception to raise instead, or None; asked by that function.
 register_xla_runtime_error_handler = _attr(_compiler, "register_xla_runtime_error_handler",
                                            ("handler_fn",))
@@ -282,6 +292,45 @@ def guard_deleted_arrays() -> None:
         if not getattr(prop.fget, "_jax_ipu_wrapped", False):
             setattr(ArrayImpl, name, property(_wrapped_once(prop.fget, guard(name)),
                                               doc=prop.__doc__))
+
+
+# What jax.block_until_ready calls for several Arrays at once.
+_attr(_xla_client, "batched_block_until_ready")
+
+
+def guard_array_waits(check: Callable[[Any], None]) -> None:
+    """Have every wait for an Array (np.asarray, float(), printing, block_until_ready, one or
+    several) call check(array) first, which may raise instead (once)."""
+
+    def value(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _value(self: Any) -> Any:
+            if self._npy_value is None:  # read before: no wait
+                check(self)
+            return original(self)
+
+        return _value
+
+    def block(original: Callable[..., Any]) -> Callable[..., Any]:
+        def block_until_ready(self: Any) -> Any:
+            check(self)
+            return original(self)
+
+        return block_until_ready
+
+    def batched(original: Callable[..., Any]) -> Callable[..., Any]:
+        def batched_block_until_ready(arrays: Any) -> Any:
+            for array in arrays:
+                check(array)
+            return original(arrays)
+
+        return batched
+
+    prop = ArrayImpl.__dict__["_value"]
+    if not getattr(prop.fget, "_jax_ipu_wrapped", False):
+        ArrayImpl._value = property(_wrapped_once(prop.fget, value), doc=prop.__doc__)
+    ArrayImpl.block_until_ready = _wrapped_once(ArrayImpl.block_until_ready, block)
+    _xla_client.batched_block_until_ready = _wrapped_once(
+        _xla_client.batched_block_until_ready, batched)
 
 
 def wrap_shard_arg_handler(kind: type, wrap: Wrap) -> None:

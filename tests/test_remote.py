@@ -18,6 +18,7 @@ from jax_ipu import _internals
 from jax_ipu.protowire import Message
 from jax_ipu.remote import schema
 from jax_ipu.remote.backend import CLIENT_CALLS, NO_INSPECT_SHARDING, Backend
+from jax_ipu.remote.callback_poller import USED_INSIDE
 from tests._remote import Client, Server
 from tests.test_profile_trace import check_trace_events
 
@@ -720,6 +721,42 @@ def test_a_failing_host_callback_fails_its_program_and_the_client_goes_on(
     assert err.type == "JaxRuntimeError", err
     assert "host callback" in err.message and "the user's callback says no" in err.message
     assert client.run("result = float(jnp.sum(jax.device_put(np.ones(3), ipus[0])))") == 3.0
+
+
+def test_a_callback_that_uses_the_remote_devices_fails_clearly_instead_of_waiting_forever(
+        client: Client) -> None:
+    """The server reads nothing more of the client while it waits for the callback, so a put,
+    a compile or a read on the remote devices from inside one would wait forever (it hung).
+    jnp on the callback's own arguments runs on cpu, as jax hands them, and works."""
+    result = client.run("""
+        from jax.experimental import io_callback
+        d = ipus[0]
+        w = jax.device_put(np.ones(3, np.float32), d)
+        triple = jax.jit(lambda a: a * 3)
+        triple(w).block_until_ready()  # compiled: a call inside takes the C++ fast path
+        uses = {
+            "put": lambda v: np.asarray(jax.device_put(v, d)),
+            "compile": lambda v: np.asarray(jax.jit(lambda a: a - 1)(w)),
+            "read": lambda v: np.asarray(triple(w)),
+            "cpu": lambda v: np.asarray(jnp.sin(v) + 1),
+        }
+        out = {}
+        for name, use in uses.items():
+            f = jax.jit(lambda a: io_callback(use, jax.ShapeDtypeStruct((3,), np.float32), a))
+            try:
+                out[name] = np.asarray(f(jax.device_put(np.arange(3, dtype=np.float32), d)))
+                out[name] = out[name].round(4).tolist()
+            except Exception as exc:
+                out[name] = str(exc)
+        result = out
+    """)
+    # (what jax does first for "read" depends on its caches: a compile or the wait)
+    for name, what in (("put", "put an array on"), ("compile", "compiled a program for"),
+                       ("read", "")):
+        said = USED_INSIDE.format(what).split(":")[0]  # the rest may come quoted as a repr
+        assert said.split("  ")[-1] in result[name], (name, result)
+        assert "compute with numpy" in result[name], (name, result)
+    assert result["cpu"] == np.round(np.sin(np.arange(3, dtype=np.float32)) + 1, 4).tolist()
 
 
 def test_infeed_and_outfeed_queues(client: Client) -> None:

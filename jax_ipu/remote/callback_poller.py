@@ -28,8 +28,15 @@ NEEDS_GRPCIO = (
     "'jax-ipu[remote]' (or grpcio), or run the program on a local IPU Model (unset "
     "JAX_IPU_REMOTE).")
 
+USED_INSIDE = (
+    "a host callback {} the remote IPU Model, which would wait forever: the server runs the "
+    "callback's program, and reads nothing more of this client's until the callback returns. "
+    "Inside a callback, compute with numpy on its arguments or on jax.devices('cpu'), or "
+    "return the values from the jitted function and use them after it.")
+
 # This process's channel secret: chosen once, given to every session the process opens.
 SECRET = secrets.token_hex(16)
+_answering = threading.local()  # set on the poller's thread while a callback runs
 _lock = threading.Lock()
 _poller: _Poller | None = None
 _target = ""
@@ -40,6 +47,25 @@ def serve(target: str) -> None:
     global _target
     _target = target.removeprefix("grpc://")
     callbacks.answer_remotely(start)
+
+
+def answering() -> bool:
+    """Whether this thread is running a host callback for the server."""
+    return getattr(_answering, "key", None) is not None
+
+
+def refuse_inside(what: str) -> None:
+    """ValueError (USED_INSIDE) when this thread is running a host callback for the server,
+    which would never answer what the callback asks of it (`what`, e.g. 'waited for a value
+    on'); otherwise nothing."""
+    if answering():
+        raise ValueError(USED_INSIDE.format(what))
+
+
+def refuse_waits_inside(array: Any) -> None:
+    """refuse_inside for a wait on an array of the remote devices."""
+    if answering() and any(d.platform == "ipu" for d in array.sharding.device_set):
+        refuse_inside("waited for a value on")
 
 
 def start() -> None:
@@ -95,6 +121,7 @@ class _Poller:
 
     def _answer(self, call: hostcalls.Call) -> None:
         fn = callbacks.remote_callback(call.key)
+        _answering.key = call.key
         try:
             if fn is None:
                 raise KeyError(f"this process has no host callback {call.key}")
@@ -102,6 +129,8 @@ class _Poller:
         except Exception as exc:  # noqa: BLE001 - the user's error goes back as the call's
             request = hostcalls.return_request(SECRET, call.call_id,
                                                error=f"{type(exc).__name__}: {exc}")
+        finally:
+            _answering.key = None
         try:
             self._return(request, timeout=60)
         except self._grpc.RpcError as exc:

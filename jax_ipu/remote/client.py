@@ -170,6 +170,9 @@ def register(platform: str, priority: int) -> None:
     target = address()  # a malformed address is refused now, naming the flag
     register_backend_factory(platform, connect, priority=priority, fail_quietly=False)
     callback_poller.serve(target)
+    # What a host callback may not ask of the server that is waiting for it (a hang otherwise)
+    _internals.guard_array_waits(callback_poller.refuse_waits_inside)
+    _internals.wrap_compile(functools.partial(_compiled_outside_callbacks, platform))
     _internals.wrap_batched_device_put(functools.partial(_sent_to_proxy, platform))
     _internals.wrap_shard_arg_handler(_internals.ArrayImpl, _through_host_across_clients)
     _internals.wrap_copy_to_host_async(functools.partial(_read_within_window, platform))
@@ -186,6 +189,7 @@ def _sent_to_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]
                            **kwargs: Any) -> Any:
         if not devices or devices[0].platform != platform:
             return put(aval, sharding, xs, devices, *args, **kwargs)
+        callback_poller.refuse_inside("put an array on")
         if any(map(refused_by_proxy, xs)):
             xs = [np.ascontiguousarray(x) if refused_by_proxy(x) else x for x in xs]
         array = put(aval, sharding, xs, devices, *args, **kwargs)
@@ -193,6 +197,18 @@ def _sent_to_proxy(platform: str, put: Callable[..., Any]) -> Callable[..., Any]
         return array
 
     return batched_device_put
+
+
+def _compiled_outside_callbacks(platform: str, compile: Callable[..., Any]) -> Callable[..., Any]:
+    """jax's compile, refused for `platform` inside a host callback the server waits for."""
+
+    @functools.wraps(compile)
+    def compile_or_get_cached(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        if backend.platform == platform:
+            callback_poller.refuse_inside("compiled a program for")
+        return compile(backend, *args, **kwargs)
+
+    return compile_or_get_cached
 
 
 def _read_within_window(platform: str, copy: Callable[[Any], None]) -> Callable[[Any], None]:
