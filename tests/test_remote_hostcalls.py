@@ -78,6 +78,7 @@ def _return(call_id: int, results: Any = (), error: str | None = None) -> Any:
     (Writer().text(1, "token").packed(2, []).raw(3, b""), "dtype 'token'"),
     (Writer().text(1, "int8").packed(2, [-1]).raw(3, b""), "shape [-1]"),
     (Writer().text(1, "int8").packed(2, [1 << 40, 1 << 40]).raw(3, b"\0"), "1 bytes"),
+    (Writer().raw(1, b"\xff\xfe").packed(2, [1]).raw(3, b"\0"), "not UTF-8"),
 ])
 def test_a_hostile_return_fails_its_call_with_the_reason(value: Writer, reason: str) -> None:
     channel = hostcalls.Channel(SECRET)
@@ -93,6 +94,18 @@ def test_a_hostile_return_fails_its_call_with_the_reason(value: Writer, reason: 
     assert "host callback 3: its results do not parse" in str(error) and reason in str(error)
     with pytest.raises(KeyError, match="no host callback call"):  # answered once only
         channel.answer(_return(call.call_id, [np.ones(2, np.float32)]))
+
+
+def test_a_failure_whose_text_does_not_parse_still_answers_its_call() -> None:
+    from jax_ipu.protowire import Message
+
+    channel = hostcalls.Channel(SECRET)
+    thread, out = _in_thread(lambda: channel.function(6)(np.ones(1, np.float32)))
+    call = _one_call(channel)
+    request = Writer().text(1, SECRET).integer(2, call.call_id).raw(4, b"\xff").integer(5, 1)
+    channel.answer(Message(bytes(request)))
+    thread.join(30)
+    assert "host callback 6: its results do not parse" in str(out["error"])
 
 
 def test_the_clients_error_and_a_closed_session_fail_the_calls_waiting_and_later_ones() -> None:

@@ -176,6 +176,8 @@ class Channel:
                 self._lock.wait(left)
             if self._closed is not None and not self._queued:
                 raise CallbackError(self._closed)
+            if self._polls != mine:  # a newer poll takes the calls (this one may be abandoned)
+                return b""
             taken, self._queued = self._queued, []
             for p in taken:
                 self._sent[p.call_id] = p
@@ -191,13 +193,14 @@ class Channel:
             pending = self._sent.pop(call_id, None)
         if pending is None:
             raise KeyError(f"no host callback call {call_id} is waiting for its results")
-        if request.integer(5):
-            pending.error = f"host callback {pending.key} failed in the client: {request.text(4)}"
-        else:
-            try:
+        try:  # the call is answered whatever the request holds
+            if request.integer(5):
+                pending.error = (f"host callback {pending.key} failed in the client: "
+                                 f"{request.text(4)}")
+            else:
                 pending.results = read_values(request.messages(3))
-            except WireError as exc:
-                pending.error = f"host callback {pending.key}: its results do not parse ({exc})"
+        except WireError as exc:
+            pending.error = f"host callback {pending.key}: its results do not parse ({exc})"
         pending.done.set()
 
     def close(self, reason: str) -> None:
