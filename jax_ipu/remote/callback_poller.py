@@ -65,7 +65,7 @@ def refuse_inside(what: str) -> None:
 def refuse_waits_inside(array: Any) -> None:
     """refuse_inside for a wait on an array of the remote devices."""
     if answering() and any(d.platform == "ipu" for d in array.sharding.device_set):
-        refuse_inside("waited for a value on")
+        raise ValueError(USED_INSIDE.format("waited for a value on"))
 
 
 def start() -> None:

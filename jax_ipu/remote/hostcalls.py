@@ -114,7 +114,7 @@ def read_poll_response(data: bytes) -> list[Call]:
 class _Pending:
     call_id: int
     key: int
-    args: bytes  # the Call message, written once
+    message: bytes  # the Call message a poll hands on
     done: threading.Event = field(default_factory=threading.Event)
     results: list[np.ndarray | None] | None = None
     error: str | None = None
@@ -138,19 +138,14 @@ class Channel:
         or CallbackError with what went wrong there."""
 
         def call(*args: Any) -> tuple[Any, ...]:
-            message = Writer()
-            pending = _Pending(0, key, b"")
+            arguments = b"".join(bytes(Writer().message(3, v)) for v in values(args))
             with self._lock:
                 if self._closed is not None:
                     raise CallbackError(f"host callback {key}: {self._closed}")
-                pending.call_id = next(self._ids)
-                message.integer(1, pending.call_id).integer(2, key)
-            for v in values(args):
-                message.message(3, v)
-            pending.args = bytes(message)
-            with self._lock:
-                if self._closed is not None:
-                    raise CallbackError(f"host callback {key}: {self._closed}")
+                call_id = next(self._ids)
+                # fields in any order make one message: the arguments were written first
+                head = Writer().integer(1, call_id).integer(2, key)
+                pending = _Pending(call_id, key, bytes(head) + arguments)
                 self._queued.append(pending)
                 self._lock.notify_all()
             pending.done.wait()
@@ -183,7 +178,7 @@ class Channel:
                 self._sent[p.call_id] = p
         out = Writer()
         for p in taken:
-            out.raw(1, p.args)
+            out.raw(1, p.message)
         return bytes(out)
 
     def answer(self, request: Message) -> None:
