@@ -5,7 +5,8 @@ local process and in a remote client, in alternating rounds (not a test: speed g
 - the same with a host callback (an identity pure_callback), which a server calls back: median;
 - a 64 MiB device_put (until ready) and its read-back: MB/s each way, median of the rounds;
 - a training step of the MNIST example (784-512-512-10 MLP, batch 128, SGD with momentum,
-  donated state, each batch put from the host as the example does): time per step.
+  donated state, each batch put from the host as the example does): time per step, and the
+  CPU per step of the local process against the server's and the remote client's together.
 
 Each round runs one fresh worker process per side; the figures are medians over the rounds,
 and the ratios are of those medians. The server's CPU time per operation is printed too (read
@@ -105,18 +106,21 @@ def worker(calls: int, steps: int) -> dict[str, float]:
         velocity = jax.tree.map(jnp.zeros_like, params)
     params, velocity = jax.device_put((params, velocity), device)
     step = jax.jit(partial(sgd_step, lr=0.05, momentum=0.9), donate_argnums=(0, 1))
-    images = rng.random((steps, 128, 784), dtype=np.float32)
-    labels = rng.integers(0, 10, (steps, 128)).astype(np.int32)
+    batches = min(steps, 50)  # distinct batches, reused in turn
+    images = rng.random((batches, 128, 784), dtype=np.float32)
+    labels = rng.integers(0, 10, (batches, 128)).astype(np.int32)
     for phase in ("warm-up", "timed"):
-        start, cpu = time.perf_counter(), server_cpu()
+        start, cpu, own = time.perf_counter(), server_cpu(), time.process_time()
         losses = []
         for i in range(steps if phase == "timed" else 3):
-            batch = jax.device_put((images[i], labels[i]), device)
+            batch = jax.device_put((images[i % batches], labels[i % batches]), device)
             params, velocity, loss = step(params, velocity, *batch)
             losses.append(loss)
         np.asarray(jnp.stack(losses))
     out["mnist_step_s"] = (time.perf_counter() - start) / steps
     out["mnist_step_server_cpu_s"] = (server_cpu() - cpu) / steps
+    # this process's CPU: locally the whole step (dispatch and compute), remotely the client's
+    out["mnist_step_own_cpu_s"] = (time.process_time() - own) / steps
     return out
 
 
@@ -145,7 +149,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--transport", choices=("native", "grpcio"), default="native",
                         help="the server's transport (python -m jax_ipu serve --transport)")
     parser.add_argument("--split-cores", action="store_true",
@@ -217,6 +221,16 @@ def main() -> None:
           f"{med('remote', 'call_read_server_cpu_s') * 1e3:.3f} ms per call + read-back; "
           f"{med('remote', 'put_read_64mib_server_cpu_s') * 1e3:.0f} ms per 64 MiB put + "
           f"read-back; {med('remote', 'mnist_step_server_cpu_s') * 1e3:.2f} ms per MNIST step")
+    local_cpu = med("local", "mnist_step_own_cpu_s")
+    server_cpu, client_cpu = (med("remote", "mnist_step_server_cpu_s"),
+                              med("remote", "mnist_step_own_cpu_s"))
+    # With the cores shared the step keeps them all busy on both sides, so its time follows the
+    # CPU of both remote processes together; with the client on cores of its own, the server's.
+    together = (server_cpu + client_cpu) / local_cpu
+    print(f"CPU per MNIST step: local process {local_cpu * 1e3:.2f} ms; remote server "
+          f"{server_cpu * 1e3:.2f} + client {client_cpu * 1e3:.2f} ms; "
+          + (f"server alone {server_cpu / local_cpu:.2f}x local" if server_cores else
+             f"together {together:.2f}x local"))
 
 
 if __name__ == "__main__":
