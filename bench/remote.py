@@ -6,7 +6,7 @@ local process and in a remote client, in alternating rounds (not a test: speed g
 - a 64 MiB device_put (until ready) and its read-back: MB/s each way, median of the rounds;
 - a training step of the MNIST example (784-512-512-10 MLP, batch 128, SGD with momentum,
   donated state, each batch put from the host as the example does): time per step, and the
-  CPU per step of the local process against the server's and the remote client's together.
+  CPU per step of the local process against the server's and the remote client's.
 
 Each round runs one fresh worker process per side; the figures are medians over the rounds,
 and the ratios are of those medians. The server's CPU time per operation is printed too (read
