@@ -230,7 +230,8 @@ def main() -> None:
     print(f"CPU per MNIST step: local process {local_cpu * 1e3:.2f} ms; remote server "
           f"{server_cpu * 1e3:.2f} + client {client_cpu * 1e3:.2f} ms; "
           + (f"server alone {server_cpu / local_cpu:.2f}x local" if server_cores else
-             f"together {together:.2f}x local"))
+             f"together {together:.2f}x local, of which the client alone "
+             f"{client_cpu / local_cpu:.2f}x"))
 
 
 if __name__ == "__main__":
